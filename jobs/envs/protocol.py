@@ -1,0 +1,87 @@
+"""The one environment protocol every search algorithm talks to.
+
+An env is reset to a task index, stepped with text actions, and (where it can)
+snapshotted and restored so a tree can branch without replaying its prefix.
+Envs that cannot snapshot are branched by reset + replay of the action prefix
+(see `thicket.search.cursor`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class Observation:
+    text: str
+    # The actions the env accepts now, or None when the env has no finite list.
+    valid_actions: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Transition:
+    observation: Observation
+    # Task score earned by this step, normalised to [0, 1] (1 = task solved).
+    # A negative score marks a disaster (the env broke or the agent did harm).
+    reward: float
+    done: bool
+    success: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Env(ABC):
+    """An async text environment holding one episode at a time."""
+
+    family: ClassVar[str]
+    can_snapshot: ClassVar[bool] = False
+
+    @property
+    @abstractmethod
+    def instructions(self) -> str:
+        """What the agent is told about this env family (goes into the system prompt)."""
+
+    @abstractmethod
+    async def reset(self, task: int) -> Observation:
+        """Start the episode of task `task` (deterministic for a given index)."""
+
+    @abstractmethod
+    async def step(self, action: str) -> Transition: ...
+
+    async def snapshot(self) -> Any:
+        raise NotImplementedError(f"{self.family} cannot snapshot; branch by replay")
+
+    async def restore(self, state: Any) -> None:
+        raise NotImplementedError(f"{self.family} cannot restore; branch by replay")
+
+    async def close(self) -> None:
+        return None
+
+
+class SyncEnv(Env):
+    """Base for in-process envs: fast, CPU-bound steps run inline on the event loop."""
+
+    @abstractmethod
+    def reset_sync(self, task: int) -> Observation: ...
+
+    @abstractmethod
+    def step_sync(self, action: str) -> Transition: ...
+
+    def snapshot_sync(self) -> Any:
+        raise NotImplementedError(f"{self.family} cannot snapshot")
+
+    def restore_sync(self, state: Any) -> None:
+        raise NotImplementedError(f"{self.family} cannot restore")
+
+    async def reset(self, task: int) -> Observation:
+        return self.reset_sync(task)
+
+    async def step(self, action: str) -> Transition:
+        return self.step_sync(action)
+
+    async def snapshot(self) -> Any:
+        return self.snapshot_sync()
+
+    async def restore(self, state: Any) -> None:
+        self.restore_sync(state)

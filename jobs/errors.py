@@ -1,0 +1,26 @@
+"""Errors that reach the user, each with the exit code the CLI and the pod report."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    FAILED = 1  # an unexpected failure: a bug, or a fault we could not recover from
+    BAD_INPUT = 2  # the spec or the command line is wrong: rerunning will not help
+    UNAVAILABLE = 3  # a server (vLLM, env, storage) could not be reached in time
+
+
+class ThicketError(Exception):
+    """An error with a one-line message meant for the user."""
+
+    exit_code = ExitCode.FAILED
+
+
+class BadInput(ThicketError):
+    exit_code = ExitCode.BAD_INPUT
+
+
+class Unavailable(ThicketError):
+    exit_code = ExitCode.UNAVAILABLE

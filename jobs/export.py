@@ -1,0 +1,62 @@
+"""Exports of committed trees in other pipelines' layouts."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+
+from thicket.errors import BadInput
+from thicket.storage.shards import iter_shards
+from thicket.storage.store import open_store
+
+
+def split_logprobs(logprobs: list[float], action_start: int) -> tuple[list[float], list[float]]:
+    if action_start < 0:
+        return logprobs, []
+    return logprobs[:action_start], logprobs[action_start:]
+
+
+def tot_episode(table: pa.Table) -> dict[str, Any]:
+    """One tree as {episode, paths: [{trajectory: [step...], final_reward}]}, a path per leaf."""
+    rows = table.to_pylist()
+    has_children = {r["parent"] for r in rows}
+    paths = []
+    for leaf in rows:
+        if leaf["parent"] < 0 or leaf["node"] in has_children:
+            continue
+        chain = []
+        node = leaf
+        while node["parent"] >= 0:
+            chain.append(node)
+            node = rows[node["parent"]]
+        chain.reverse()
+        trajectory, thoughts, actions, total = [], [], [], 0.0
+        for step in chain:
+            thought_lp, action_lp = split_logprobs(step["logprobs"], step["action_token_start"])
+            total += step["reward"]
+            trajectory.append(
+                {
+                    "observation": rows[step["parent"]]["observation"],
+                    "thought_history": list(thoughts),
+                    "actions_history": list(actions),
+                    "current_thought": step["thought"],
+                    "current_thought_logp": thought_lp,
+                    "current_action": step["action"],
+                    "current_action_logp": action_lp,
+                    "cumulative_reward": total,
+                }
+            )
+            thoughts.append(step["thought"])
+            actions.append(step["action"])
+        paths.append({"trajectory": trajectory, "final_reward": total})
+    return {"episode": int(rows[0]["task"]), "paths": paths}
+
+
+def export_tot_json(sweep_uri: str) -> str:
+    store = open_store(sweep_uri)
+    episodes = [tot_episode(table) for _, table in iter_shards(store)]
+    if not episodes:
+        raise BadInput(f"{sweep_uri}: no committed trees there (expected the sweep folder a run wrote)")
+    return json.dumps(episodes, indent=1)

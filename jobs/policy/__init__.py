@@ -1,0 +1,3 @@
+from thicket.policy.base import Messages, Policy, Reply
+
+__all__ = ["Messages", "Policy", "Reply"]

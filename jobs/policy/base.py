@@ -1,0 +1,70 @@
+"""What a policy is: given a chat history, propose agent replies (Thought / Action)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+Messages = list[dict[str, str]]
+
+
+@dataclass
+class Reply:
+    """One sampled agent turn, with what was sampled kept exactly for training."""
+
+    text: str  # the assistant message as it enters the history
+    thought: str
+    action: str
+    token_ids: list[int] = field(default_factory=list)  # sampled ids, in order
+    logprobs: list[float] = field(default_factory=list)  # aligned with token_ids
+    action_token_start: int = -1  # index in token_ids where the action begins (-1: unknown)
+    prompt_token_ids: list[int] | None = None  # the prompt this reply was sampled from
+    finish_reason: str = "stop"
+    constrained: bool = False  # the action was forced into the env's valid actions
+    temperature: float = 0.0
+    seed: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int | None = None  # prompt tokens served from the prefix cache
+    latency_s: float = 0.0
+
+
+class Policy(ABC):
+    """An async policy. Replies are returned in sample order (sample i used seed + i)."""
+
+    name: str = "policy"
+
+    @abstractmethod
+    async def propose(
+        self,
+        messages: Messages,
+        n: int,
+        *,
+        valid_actions: tuple[str, ...] | None,
+        seed: int,
+        temperature: float | None = None,
+    ) -> list[Reply]:
+        """Sample n full replies ("Thought: ...\\nAction: ...")."""
+
+    @abstractmethod
+    async def think(
+        self, messages: Messages, n: int, *, seed: int, temperature: float | None = None
+    ) -> list[Reply]:
+        """Sample n thoughts only (ToT's first stage); `action` is empty."""
+
+    @abstractmethod
+    async def act(
+        self,
+        messages: Messages,
+        thought: Reply,
+        *,
+        valid_actions: tuple[str, ...] | None,
+        seed: int,
+        temperature: float | None = None,
+    ) -> Reply:
+        """Complete a thought with an action; returns the whole turn (thought + action)."""
+
+    async def start(self) -> None:
+        """Check the policy can serve (server reachable, model served)."""
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,395 @@
+"""A policy served by an OpenAI-compatible chat server (vLLM first).
+
+Seeds: every request takes a base seed and vLLM samples choice i with seed + i, so a
+caller that sends several requests must space their seeds at least n apart
+(e.g. seed = node_seed * stride with stride >= n) or samples repeat across requests.
+
+Usage: a request returns one usage block for its n choices; `prompt_tokens` and
+`cached_tokens` are put on the first reply and 0 on the others, so sums stay right.
+
+vLLM-specific request fields are used (`return_token_ids`, `structured_outputs`,
+`continue_final_message`); other servers ignore or refuse them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from thicket.errors import BadInput, Unavailable
+from thicket.policy import prompts
+from thicket.policy.base import Messages, Policy, Reply
+
+THINK_STOP = ("\nAction", "Action:")
+_ACTION_MARK = re.compile(r"Action\s*:", re.IGNORECASE)
+_CONTEXT_ERROR = re.compile(r"maximum context length|context_length_exceeded", re.IGNORECASE)
+_CONNECTION_ERRORS = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.ReadError,
+    httpx.WriteError,
+    httpx.RemoteProtocolError,
+    httpx.PoolTimeout,
+)
+
+
+@dataclass(frozen=True)
+class OpenAIConfig:
+    base_url: str  # ends with the API root, e.g. http://127.0.0.1:8000/v1
+    model: str
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 256
+    constrain_actions: bool = False
+    max_thought_chars: int = 200
+    concurrency: int = 64
+    timeout_s: float = 120.0
+    max_retries: int = 4
+    retry_backoff_s: float = 0.5
+    api_key: str | None = None
+    action_max_tokens: int = 64  # unconstrained act(): the action is one line
+    extra_body: dict[str, Any] = field(default_factory=dict)  # merged into every request
+
+
+class ServerError(Exception):
+    """A 5xx answer: the server is up but failed the request (retried)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+
+
+class _ContextTooLong(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
+
+def _retryable(exc: BaseException) -> bool:
+    return isinstance(exc, (*_CONNECTION_ERRORS, ServerError))
+
+
+def _error_message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+        error = body.get("error", body) if isinstance(body, dict) else body
+        message = error.get("message", error) if isinstance(error, dict) else error
+    except ValueError:
+        message = response.text
+    return " ".join(str(message).split())[:500] or response.reason_phrase
+
+
+def drop_oldest_exchange(messages: Messages, keep_last: int = 0) -> Messages | None:
+    """Messages without their oldest assistant+user pair after the initial ones (system +
+    task); the last `keep_last` messages (a prefilled assistant turn) are kept. None when
+    nothing is left to drop."""
+    head = messages[: len(messages) - keep_last]
+    first = next((i for i, m in enumerate(head) if m["role"] == "assistant"), None)
+    if first is None or first + 1 >= len(head) or head[first + 1]["role"] != "user":
+        return None
+    return [*messages[:first], *messages[first + 2 :]]
+
+
+def _choices(data: dict[str, Any]) -> list[dict[str, Any]]:
+    return sorted(data.get("choices") or [], key=lambda c: int(c.get("index", 0)))
+
+
+def _token_strings(choice: dict[str, Any]) -> list[str]:
+    content = (choice.get("logprobs") or {}).get("content") or []
+    return [entry.get("token", "") for entry in content]
+
+
+def _logprobs(choice: dict[str, Any]) -> list[float]:
+    content = (choice.get("logprobs") or {}).get("content") or []
+    return [float(entry["logprob"]) for entry in content]
+
+
+def _token_at(tokens: list[str], char_pos: int) -> int:
+    """Index of the token whose text covers char_pos in "".join(tokens)."""
+    end = 0
+    for i, token in enumerate(tokens):
+        end += len(token)
+        if end > char_pos:
+            return i
+    return -1
+
+
+def action_token_start(tokens: list[str]) -> int:
+    """The first token that reaches "Action:" in the decoded tokens; -1 if none does."""
+    match = _ACTION_MARK.search("".join(tokens))
+    return _token_at(tokens, match.start()) if match else -1
+
+
+def _cut_at_stop(choice: dict[str, Any]) -> int:
+    """How many sampled tokens make the returned text: vLLM returns the tokens that hold
+    a stop string (and a final eos) although the text leaves them out."""
+    tokens = _token_strings(choice)
+    stop = choice.get("stop_reason")
+    if isinstance(stop, str) and stop:
+        pos = "".join(tokens).find(stop)
+        if pos >= 0:
+            end = 0
+            for i, token in enumerate(tokens):
+                if end >= pos:
+                    return i
+                end += len(token)
+        return len(tokens)
+    if choice.get("finish_reason") == "stop" and tokens:
+        return len(tokens) - 1  # the eos (or a stop token id)
+    return len(tokens)
+
+
+class OpenAIPolicy(Policy):
+    """Policy over an OpenAI-compatible /chat/completions endpoint (one request per call)."""
+
+    name = "openai"
+
+    def __init__(self, config: OpenAIConfig) -> None:
+        self.config = config
+        self.base_url = config.base_url.rstrip("/")
+        self._client: httpx.AsyncClient | None = None
+        self._slots = asyncio.Semaphore(config.concurrency)
+
+    # -- HTTP -------------------------------------------------------------------------
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
+            limits = httpx.Limits(max_connections=self.config.concurrency + 4,
+                                  max_keepalive_connections=self.config.concurrency)
+            timeout = httpx.Timeout(self.config.timeout_s, connect=min(10.0, self.config.timeout_s))
+            self._client = httpx.AsyncClient(headers=headers, limits=limits, timeout=timeout)
+        return self._client
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def _send(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
+        """One HTTP call, retried on connection errors and 5xx; errors become ThicketErrors."""
+        url = f"{self.base_url}{path}"
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(_retryable),
+            wait=wait_exponential(multiplier=self.config.retry_backoff_s, max=30.0),
+            stop=stop_after_attempt(self.config.max_retries + 1),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    response = await self.client.request(method, url, json=body)
+                    if response.status_code >= 500:
+                        raise ServerError(response.status_code, _error_message(response))
+        except _CONNECTION_ERRORS as exc:
+            raise Unavailable(f"cannot reach the policy server at {self.base_url}: {exc!r}") from None
+        except ServerError as exc:
+            raise Unavailable(f"the policy server at {self.base_url} failed "
+                              f"{self.config.max_retries + 1} times: {exc}") from None
+        except httpx.TimeoutException as exc:
+            raise Unavailable(f"the policy server at {self.base_url} did not answer within "
+                              f"{self.config.timeout_s:g}s ({type(exc).__name__})") from None
+        return response
+
+    async def _chat(self, messages: Messages, body: dict[str, Any], keep_last: int = 0) -> tuple[dict[str, Any], float]:
+        """POST /chat/completions; on a context-length 400, drop the oldest exchange and retry."""
+        while True:
+            try:
+                return await self._chat_once(messages, body)
+            except _ContextTooLong as exc:
+                shorter = drop_oldest_exchange(messages, keep_last)
+                if shorter is None:
+                    raise BadInput(f"the prompt does not fit the model's context even with only "
+                                   f"its initial messages: {exc}") from None
+                messages = shorter
+
+    async def _chat_once(self, messages: Messages, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
+        payload = {"model": self.config.model, "messages": messages, **body, **self.config.extra_body}
+        async with self._slots:
+            started = time.perf_counter()
+            response = await self._send("POST", "/chat/completions", payload)
+            latency = time.perf_counter() - started
+        if response.status_code == 400 and _CONTEXT_ERROR.search(response.text):
+            raise _ContextTooLong(_error_message(response))
+        if response.status_code >= 400:
+            raise BadInput(f"the policy server refused the request (HTTP {response.status_code}): "
+                           f"{_error_message(response)}")
+        return response.json(), latency
+
+    # -- Policy -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        response = await self._send("GET", "/models")
+        if response.status_code != 200:
+            raise BadInput(f"{self.base_url}/models answered HTTP {response.status_code}: "
+                           f"{_error_message(response)}")
+        served = [m.get("id", "?") for m in response.json().get("data", [])]
+        if self.config.model not in served:
+            raise BadInput(f"model '{self.config.model}' is not served at {self.base_url}; "
+                           f"it serves: {', '.join(served) or 'nothing'}")
+
+    def _sampling(self, n: int, seed: int, temperature: float | None, max_tokens: int) -> dict[str, Any]:
+        return {
+            "n": n,
+            "seed": seed,
+            "temperature": self.config.temperature if temperature is None else temperature,
+            "top_p": self.config.top_p,
+            "max_tokens": max_tokens,
+            "logprobs": True,
+            "return_token_ids": True,
+        }
+
+    def _constrained(self, valid_actions: tuple[str, ...] | None) -> bool:
+        return bool(self.config.constrain_actions and valid_actions)
+
+    def _reply_budget(self, valid_actions: tuple[str, ...]) -> int:
+        """Tokens that always fit a constrained reply (a char can take up to 4 byte tokens),
+        so the grammar is never cut before the action."""
+        longest = max(len(a.encode()) for a in valid_actions)
+        return max(self.config.max_tokens, 4 * self.config.max_thought_chars + longest + 32)
+
+    async def propose(
+        self,
+        messages: Messages,
+        n: int,
+        *,
+        valid_actions: tuple[str, ...] | None,
+        seed: int,
+        temperature: float | None = None,
+    ) -> list[Reply]:
+        constrained = self._constrained(valid_actions)
+        max_tokens = self._reply_budget(valid_actions) if constrained and valid_actions else self.config.max_tokens
+        body = self._sampling(n, seed, temperature, max_tokens)
+        if constrained and valid_actions:
+            regex = prompts.action_regex(valid_actions, self.config.max_thought_chars)
+            body["structured_outputs"] = {"regex": regex}
+        data, latency = await self._chat(messages, body)
+        return [
+            self._full_reply(data, choice, i == 0, seed, body["temperature"], constrained, latency)
+            for i, choice in enumerate(_choices(data))
+        ]
+
+    @staticmethod
+    def _full_reply(
+        data: dict[str, Any],
+        choice: dict[str, Any],
+        first: bool,
+        seed: int,
+        temperature: float,
+        constrained: bool,
+        latency: float,
+    ) -> Reply:
+        text = choice["message"].get("content") or ""
+        thought, action = prompts.parse_reply(text)
+        prompt_tokens, cached = _usage(data, first)
+        return Reply(
+            text=text,
+            thought=thought,
+            action=action,
+            token_ids=list(choice.get("token_ids") or []),
+            logprobs=_logprobs(choice),
+            action_token_start=action_token_start(_token_strings(choice)),
+            prompt_token_ids=data.get("prompt_token_ids"),
+            finish_reason=choice.get("finish_reason") or "stop",
+            constrained=constrained,
+            temperature=temperature,
+            seed=seed + int(choice.get("index", 0)),
+            prompt_tokens=prompt_tokens,
+            cached_tokens=cached,
+            latency_s=latency,
+        )
+
+    async def think(
+        self, messages: Messages, n: int, *, seed: int, temperature: float | None = None
+    ) -> list[Reply]:
+        """Thoughts continue a prefilled "Thought: " and stop before "Action". Under
+        constrain_actions a thought is also held to one line of max_thought_chars, as in
+        propose. token_ids keep only the tokens of the returned text (not a stop string's)."""
+        prefill = [*messages, {"role": "assistant", "content": "Thought: "}]
+        body = self._sampling(n, seed, temperature, self.config.max_tokens)
+        body |= {"stop": list(THINK_STOP), "continue_final_message": True, "add_generation_prompt": False}
+        if self.config.constrain_actions:
+            body["structured_outputs"] = {"regex": f"[^\\n]{{0,{self.config.max_thought_chars}}}"}
+        data, latency = await self._chat(prefill, body, keep_last=1)
+        return [
+            self._thought_reply(data, choice, i == 0, seed, body["temperature"], latency)
+            for i, choice in enumerate(_choices(data))
+        ]
+
+    @staticmethod
+    def _thought_reply(
+        data: dict[str, Any], choice: dict[str, Any], first: bool, seed: int, temperature: float, latency: float
+    ) -> Reply:
+        thought = (choice["message"].get("content") or "").strip()
+        keep = _cut_at_stop(choice)
+        prompt_tokens, cached = _usage(data, first)
+        return Reply(
+            text=f"Thought: {thought}",
+            thought=thought,
+            action="",
+            token_ids=list(choice.get("token_ids") or [])[:keep],
+            logprobs=_logprobs(choice)[:keep],
+            prompt_token_ids=data.get("prompt_token_ids"),
+            finish_reason=choice.get("finish_reason") or "stop",
+            temperature=temperature,
+            seed=seed + int(choice.get("index", 0)),
+            prompt_tokens=prompt_tokens,
+            cached_tokens=cached,
+            latency_s=latency,
+        )
+
+    async def act(
+        self,
+        messages: Messages,
+        thought: Reply,
+        *,
+        valid_actions: tuple[str, ...] | None,
+        seed: int,
+        temperature: float | None = None,
+    ) -> Reply:
+        """Complete a thought with an action. token_ids = the thought's ids + the action's;
+        the prefilled "\\nAction: " between them was not sampled and is not in them."""
+        constrained = self._constrained(valid_actions)
+        prefill = [*messages, {"role": "assistant", "content": prompts.thought_prefix(thought.thought)}]
+        body = self._sampling(1, seed, temperature, self.config.action_max_tokens)
+        body |= {"continue_final_message": True, "add_generation_prompt": False}
+        if constrained and valid_actions:
+            body["structured_outputs"] = {"choice": list(valid_actions)}
+            body["max_tokens"] = max(len(a.encode()) for a in valid_actions) + 8
+        else:
+            body["stop"] = ["\n"]
+        data, latency = await self._chat(prefill, body, keep_last=1)
+        choice = _choices(data)[0]
+        action = (choice["message"].get("content") or "").strip()
+        prompt_tokens, cached = _usage(data, first=True)
+        return Reply(
+            text=prompts.turn(thought.thought, action),
+            thought=thought.thought,
+            action=action,
+            token_ids=[*thought.token_ids, *(choice.get("token_ids") or [])],
+            logprobs=[*thought.logprobs, *_logprobs(choice)],
+            action_token_start=len(thought.token_ids),
+            prompt_token_ids=thought.prompt_token_ids,
+            finish_reason=choice.get("finish_reason") or "stop",
+            constrained=constrained,
+            temperature=body["temperature"],
+            seed=seed,
+            prompt_tokens=prompt_tokens,
+            cached_tokens=cached,
+            latency_s=thought.latency_s + latency,
+        )
+
+
+def _usage(data: dict[str, Any], first: bool) -> tuple[int, int | None]:
+    """(prompt_tokens, cached_tokens) of a request, on its first reply; 0 on the others."""
+    usage = data.get("usage") or {}
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    if not first:
+        return 0, None if cached is None else 0
+    return int(usage.get("prompt_tokens") or 0), cached

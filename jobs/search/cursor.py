@@ -1,0 +1,48 @@
+"""Moves one env instance between the states of a tree's nodes.
+
+Where the env can snapshot, a node keeps its state and moving there is a restore;
+otherwise the cursor resets the env to the task and replays the node's actions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from thicket.envs.protocol import Env, Observation, Transition
+from thicket.search.tree import Node
+
+
+class EnvCursor:
+    def __init__(self, env: Env, task: int) -> None:
+        self.env = env
+        self.task = task
+        self.at: Node | None = None  # the node whose state the env is in now
+        self.lock = asyncio.Lock()  # one move-and-step at a time per env instance
+        self.replayed_steps = 0
+
+    async def reset(self) -> Observation:
+        self.at = None
+        return await self.env.reset(self.task)
+
+    async def remember(self, node: Node) -> None:
+        """Record that the env is now in `node`'s state (snapshotting it if it can)."""
+        if self.env.can_snapshot:
+            node.snapshot = await self.env.snapshot()
+        self.at = node
+
+    async def step_from(self, node: Node, action: str) -> Transition:
+        """Put the env in `node`'s state, then step `action`. Caller holds `lock`."""
+        if self.at is not node:
+            await self._goto(node)
+        self.at = None  # the env has left `node`; the caller remembers the new node
+        return await self.env.step(action)
+
+    async def _goto(self, node: Node) -> None:
+        if self.env.can_snapshot and node.snapshot is not None:
+            await self.env.restore(node.snapshot)
+        else:
+            await self.env.reset(self.task)
+            for action in node.actions():
+                await self.env.step(action)
+                self.replayed_steps += 1
+        self.at = node

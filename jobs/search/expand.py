@@ -1,0 +1,143 @@
+"""Growing a tree: ask the policy for turns at a node, step the env for each."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from dataclasses import dataclass, field
+
+from thicket.envs.protocol import Env
+from thicket.policy import prompts
+from thicket.policy.base import Messages, Policy, Reply
+from thicket.search.cursor import EnvCursor
+from thicket.search.tree import Node, StopReason, Tree
+
+SEED_SPACING = 1024  # a request's n samples use seed .. seed+n-1; requests never overlap
+
+
+def request_seed(*parts: object) -> int:
+    """A stable seed for one request, spaced so sibling samples never share seeds."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return (int.from_bytes(digest, "big") % (2**31 // SEED_SPACING)) * SEED_SPACING
+
+
+@dataclass
+class Expander:
+    """Everything a search algorithm needs for one tree."""
+
+    tree: Tree
+    cursor: EnvCursor
+    policy: Policy
+    instructions: str
+    max_depth: int
+    max_nodes: int
+    show_valid_actions: bool = False
+    dedupe: bool = True
+    llm_requests: int = 0
+    _messages: dict[Node, Messages] = field(default_factory=dict)
+
+    @classmethod
+    async def open(cls, env: Env, task: int, policy: Policy, seed: int, **settings) -> Expander:
+        cursor = EnvCursor(env, task)
+        observation = await cursor.reset()
+        tree = Tree.start(task, observation, seed)
+        await cursor.remember(tree.root)
+        return cls(tree=tree, cursor=cursor, policy=policy, instructions=env.instructions, **settings)
+
+    def seed_for(self, node: Node, *salt: object) -> int:
+        return request_seed(self.tree.seed, self.tree.task, node.key, *salt)
+
+    def messages(self, node: Node) -> Messages:
+        """The chat history at `node`: its parent's plus two turns (append-only)."""
+        cached = self._messages.get(node)
+        if cached is not None:
+            return cached
+        observation = prompts.observation_message(
+            node.observation.text, node.observation.valid_actions, self.show_valid_actions
+        )
+        if node.parent is None:
+            messages = [prompts.system_message(self.instructions), observation]
+        else:
+            assert node.reply is not None
+            messages = prompts.extend(self.messages(node.parent), node.reply.text, observation)
+        self._messages[node] = messages
+        return messages
+
+    def over_budget(self) -> bool:
+        return self.tree.size >= self.max_nodes
+
+    async def expand(self, node: Node, n: int, *, temperature: float | None = None, salt: object = "") -> list[Node]:
+        """Sample n turns at `node` and step each; returns the new children."""
+        if self.over_budget():
+            node.close(StopReason.BUDGET)
+            return []
+        replies = await self.policy.propose(
+            self.messages(node),
+            n,
+            valid_actions=node.observation.valid_actions,
+            seed=self.seed_for(node, salt),
+            temperature=temperature,
+        )
+        self.llm_requests += 1
+        return await self.step_all(node, replies)
+
+    async def expand_tot(self, node: Node, n: int, *, temperature: float | None = None) -> list[Node]:
+        """Tree-of-Thoughts expansion: n thoughts, then one action for each."""
+        if self.over_budget():
+            node.close(StopReason.BUDGET)
+            return []
+        messages = self.messages(node)
+        thoughts = await self.policy.think(messages, n, seed=self.seed_for(node, "think"), temperature=temperature)
+        replies = await asyncio.gather(
+            *(
+                self.policy.act(
+                    messages,
+                    thought,
+                    valid_actions=node.observation.valid_actions,
+                    seed=self.seed_for(node, "act", i),
+                    temperature=temperature,
+                )
+                for i, thought in enumerate(thoughts)
+            )
+        )
+        self.llm_requests += 1 + len(thoughts)
+        return await self.step_all(node, replies)
+
+    async def step_all(self, node: Node, replies: list[Reply]) -> list[Node]:
+        seen = {c.reply.text for c in node.children if c.reply is not None}
+        children = []
+        for reply in replies:
+            if self.dedupe and reply.text in seen:
+                continue
+            seen.add(reply.text)
+            if self.over_budget():
+                break
+            children.append(await self.step(node, reply))
+        return children
+
+    async def step(self, node: Node, reply: Reply, label: int = -1) -> Node:
+        async with self.cursor.lock:
+            started = time.perf_counter()
+            transition = await self.cursor.step_from(node, reply.action)
+            env_ms = (time.perf_counter() - started) * 1000
+            child = self.tree.add_child(node, reply, transition, env_ms)
+            child.label = label
+            await self.cursor.remember(child)
+        classify(child, self.max_depth)
+        return child
+
+
+def classify(child: Node, max_depth: int) -> None:
+    """Close a new node when the episode ended or the depth limit is reached."""
+    if child.done:
+        child.close(StopReason.DISASTER if child.reward < 0 else StopReason.DONE)
+    elif child.depth >= max_depth:
+        child.close(StopReason.DEPTH_LIMIT)
+
+
+def close_open_leaves(tree: Tree, stop: StopReason) -> None:
+    """At the end of a search, say why each unfinished leaf stopped."""
+    for node in tree.nodes():
+        if not node.children and not node.terminal:
+            node.close(stop)

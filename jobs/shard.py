@@ -1,0 +1,125 @@
+"""A finished tree as a shard table: one row per node, canonical node order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from thicket.search.tree import Node, Tree
+from thicket.storage.shards import TREE_SCHEMA
+
+
+@dataclass(frozen=True)
+class TreeMeta:
+    sweep: str
+    env: str
+    algorithm: str
+    model: str
+    seed: int
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def node_context(node: Node) -> list[int] | None:
+    """The prompt ids this node's children were sampled from (None: never sent)."""
+    for child in node.children:
+        if child.reply is not None and child.reply.prompt_token_ids is not None:
+            return child.reply.prompt_token_ids
+    return None
+
+
+def compress_contexts(nodes: list[Node]) -> dict[Node, tuple[int, list[int]]]:
+    """Each node's context stored as (prefix length kept from parent context + own
+    reply ids, suffix ids): append-only prompts make the suffix one turn long."""
+    out: dict[Node, tuple[int, list[int]]] = {}
+    full: dict[Node, list[int]] = {}
+    for node in nodes:
+        context = node_context(node)
+        if context is None:
+            out[node] = (-1, [])
+            continue
+        base: list[int] = []
+        if node.parent is not None and node.reply is not None:
+            base = full.get(node.parent, []) + node.reply.token_ids
+        keep = common_prefix(base, context)
+        out[node] = (keep, context[keep:])
+        full[node] = context
+    return out
+
+
+def tree_table(tree: Tree, meta: TreeMeta) -> pa.Table:
+    nodes = tree.freeze()
+    contexts = compress_contexts(nodes)
+    rows: dict[str, list] = {name: [] for name in TREE_SCHEMA.names}
+
+    def add(**values: object) -> None:
+        for name, value in values.items():
+            rows[name].append(value)
+
+    for node in nodes:
+        r = node.reply
+        prefix_len, suffix = contexts[node]
+        valid = node.observation.valid_actions
+        add(
+            sweep=meta.sweep,
+            env=meta.env,
+            algorithm=meta.algorithm,
+            model=meta.model,
+            seed=meta.seed,
+            task=tree.task,
+            tree=tree.task,
+            node=node.id,
+            parent=node.parent.id if node.parent is not None else -1,
+            depth=node.depth,
+            child_index=node.index,
+            label=node.label,
+            observation=node.observation.text,
+            num_valid_actions=len(valid) if valid is not None else -1,
+            thought=r.thought if r else "",
+            action=r.action if r else "",
+            reply=r.text if r else "",
+            token_ids=r.token_ids if r else [],
+            logprobs=r.logprobs if r else [],
+            action_token_start=r.action_token_start if r else -1,
+            context_prefix_len=prefix_len,
+            context_suffix_ids=suffix,
+            prompt_tokens=r.prompt_tokens if r else 0,
+            cached_tokens=r.cached_tokens if r else None,
+            finish_reason=r.finish_reason if r else "",
+            constrained=r.constrained if r else False,
+            temperature=r.temperature if r else 0.0,
+            sample_seed=r.seed if r else 0,
+            reward=node.reward,
+            done=node.done,
+            success=node.success,
+            terminal=node.terminal,
+            stop_reason=node.stop.value,
+            value=node.value,
+            visits=node.visits,
+            llm_ms=r.latency_s * 1000 if r else 0.0,
+            env_ms=node.env_ms,
+        )
+    return pa.Table.from_pydict(rows, schema=TREE_SCHEMA)
+
+
+def rebuild_contexts(table: pa.Table) -> list[list[int] | None]:
+    """Inverse of compress_contexts, row by row (rows are in canonical order)."""
+    parents = table.column("parent").to_pylist()
+    prefix = table.column("context_prefix_len").to_pylist()
+    suffix = table.column("context_suffix_ids").to_pylist()
+    tokens = table.column("token_ids").to_pylist()
+    out: list[list[int] | None] = []
+    for i, parent in enumerate(parents):
+        if prefix[i] < 0:
+            out.append(None)
+            continue
+        base = (out[parent] or []) + tokens[i] if parent >= 0 else []
+        out.append(base[: prefix[i]] + suffix[i])
+    return out

@@ -1,0 +1,195 @@
+"""The sweep spec: schema, defaults, validation and task-range planning.
+
+A bad spec raises BadInput with one line naming the field and what is expected.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from thicket.envs import env_names
+from thicket.errors import BadInput
+from thicket.search import AnySearch
+
+DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+LOCAL_SCHEMES = ("", "file")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TasksSpec(Strict):
+    env: str = Field(description="environment family, e.g. textcraft, frozenlake")
+    env_args: dict[str, Any] = Field(default_factory=dict, description="passed to the env's constructor")
+    start: int = Field(0, ge=0, description="first task index")
+    stop: int = Field(description="one past the last task index")
+    per_index: int = Field(10, ge=1, description="tasks per pod (Job completion index)")
+
+    @field_validator("env")
+    @classmethod
+    def known_env(cls, value: str) -> str:
+        if value not in env_names():
+            raise ValueError(f"unknown env {value!r}; expected one of {', '.join(env_names())}")
+        return value
+
+    @model_validator(mode="after")
+    def ordered(self) -> TasksSpec:
+        if self.stop <= self.start:
+            raise ValueError(f"stop ({self.stop}) must be greater than start ({self.start})")
+        return self
+
+    @property
+    def count(self) -> int:
+        return self.stop - self.start
+
+    def index_ranges(self) -> list[range]:
+        """Task indices of each pod: pod i runs index_ranges()[i]."""
+        return [range(a, min(a + self.per_index, self.stop)) for a in range(self.start, self.stop, self.per_index)]
+
+
+class LaunchSpec(Strict):
+    """How `thicket run` starts a local vLLM server when the policy names a model folder."""
+
+    args: list[str] = Field(default_factory=list, description="extra vLLM server arguments")
+    port: int = Field(0, ge=0, le=65535, description="0: pick a free port")
+    startup_timeout_s: float = Field(600, gt=0)
+    python: str | None = Field(None, description="interpreter with vLLM (default: THICKET_VLLM_PYTHON or .venv-vllm)")
+
+
+class PolicySpec(Strict):
+    kind: Literal["vllm", "openai", "uniform"] = "vllm"
+    model: str | None = Field(None, description="served model name, or a local model folder to serve")
+    url: str | None = Field(None, description="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
+    temperature: float = Field(1.0, ge=0.0, le=5.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(256, ge=1)
+    constrain_actions: bool = Field(True, description="force actions into the env's valid actions")
+    max_thought_chars: int = Field(200, ge=0)
+    show_valid_actions: bool = Field(False, description="list valid actions in each observation")
+    concurrency: int = Field(64, ge=1, le=4096, description="LLM requests in flight per pod")
+    timeout_s: float = Field(120, gt=0, description="per LLM request")
+    max_retries: int = Field(5, ge=0, le=50)
+    latency_s: float = Field(0.0, ge=0.0, description="uniform only: simulated latency per request")
+    server: LaunchSpec = Field(default_factory=LaunchSpec)
+
+    @field_validator("url")
+    @classmethod
+    def http_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"expected an http(s) URL like http://127.0.0.1:8000/v1, got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def endpoint(self) -> PolicySpec:
+        if self.kind == "vllm" and not (self.model or self.url):
+            raise ValueError("kind vllm needs `model` (a local folder to serve, or the served name with `url`)")
+        if self.kind == "openai" and not (self.url and self.model):
+            raise ValueError("kind openai needs both `url` and `model`")
+        return self
+
+    @property
+    def launches_server(self) -> bool:
+        return self.kind == "vllm" and self.url is None
+
+
+class RunSpec(Strict):
+    trees_in_flight: int | None = Field(None, ge=1, description="trees grown at once per pod (default: from concurrency)")
+    task_timeout_s: float = Field(3600, gt=0, description="a tree still growing then is stored as timed out")
+    progress: bool = True
+
+
+class SweepSpec(Strict):
+    name: str = Field(description="DNS-1123 label: the Job name and the storage prefix")
+    tasks: TasksSpec
+    search: AnySearch
+    policy: PolicySpec = Field(default_factory=PolicySpec)
+    output: str = Field(description="where the sweep's folder goes: a local path or file:// URI")
+    seed: int = Field(0, ge=0)
+    run: RunSpec = Field(default_factory=RunSpec)
+
+    @field_validator("name")
+    @classmethod
+    def dns_label(cls, value: str) -> str:
+        if len(value) > 63 or not DNS_1123_LABEL.match(value):
+            raise ValueError(
+                f"{value!r} is not a DNS-1123 label: use at most 63 lowercase letters, digits and '-', "
+                "starting and ending with a letter or digit"
+            )
+        return value
+
+    @field_validator("output")
+    @classmethod
+    def supported_uri(cls, value: str) -> str:
+        scheme = value.split("://", 1)[0] if "://" in value else ""
+        if scheme not in LOCAL_SCHEMES:
+            raise ValueError(f"unsupported URI scheme {scheme!r} in {value!r}; expected a local path or file://")
+        if not value.strip():
+            raise ValueError("expected a non-empty path or URI")
+        return value
+
+    @property
+    def sweep_uri(self) -> str:
+        return self.output.rstrip("/") + "/" + self.name
+
+
+def describe_error(err: ValidationError) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "spec"
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "missing":
+        message = "required field is missing"
+    elif first["type"] == "extra_forbidden":
+        message = "unknown field"
+    elif first["type"] not in ("value_error", "union_tag_invalid", "union_tag_not_found") and "input" in first:
+        message += f" (got {first['input']!r})"
+    more = len(err.errors()) - 1
+    return f"{where}: {message}" + (f" (and {more} more problem{'s' if more > 1 else ''})" if more else "")
+
+
+def parse_spec(data: Any, source: str = "spec") -> SweepSpec:
+    if not isinstance(data, dict):
+        raise BadInput(f"{source}: expected a YAML mapping at the top level, got {type(data).__name__}")
+    try:
+        return SweepSpec.model_validate(data)
+    except ValidationError as err:
+        raise BadInput(f"{source}: {describe_error(err)}") from None
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise BadInput(f"{path}: cannot read the spec ({err.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise BadInput(f"{path}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
+    return parse_spec(data, str(path))
+
+
+def parse_indices(text: str, tasks: TasksSpec) -> list[int]:
+    """'3-7,9' -> [3..7, 9] (inclusive ranges), each inside the spec's task range."""
+    chosen: set[int] = set()
+    for part in text.split(","):
+        match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+))?\s*", part)
+        if not match:
+            raise BadInput(f"--indices: expected task indices like 0-9 or 3,5,7-8, got {text!r}")
+        low = int(match.group(1))
+        high = int(match.group(2)) if match.group(2) is not None else low
+        if high < low:
+            raise BadInput(f"--indices: range {low}-{high} is reversed; write {high}-{low}")
+        if low < tasks.start or high >= tasks.stop:
+            raise BadInput(
+                f"--indices: {low}-{high} is outside the spec's tasks {tasks.start}-{tasks.stop - 1}"
+            )
+        chosen.update(range(low, high + 1))
+    return sorted(chosen)

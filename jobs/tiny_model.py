@@ -1,0 +1,180 @@
+"""A tiny RANDOM (untrained) Llama-shaped chat model, built offline for tests and demos.
+
+Its weights are random: it emits noise, not sensible agent turns. It exists so the real
+vLLM server can be exercised end to end (sampling, seeds, logprobs, structured outputs,
+prefix caching) on machines that cannot download a model.
+
+    python jobs/tiny_model.py OUT_DIR      # with an interpreter that has torch + transformers
+
+From the main venv (no torch there), `build_tiny_model(out_dir)` runs this file in a
+subprocess. Nothing at import time needs torch, transformers, tokenizers or even thicket.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SEED = 0
+HIDDEN = 64
+LAYERS = 2
+HEADS = 2  # head_dim 32: the smallest head size vLLM's CPU attention accepts
+KV_HEADS = 1
+VOCAB = 600
+MAX_POSITIONS = 4096
+
+IM_START, IM_END, PAD = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+README = """# tiny-random-llama (thicket test model)
+
+RANDOM, UNTRAINED weights (torch.manual_seed({seed})). It produces noise, not language.
+Llama architecture: hidden {hidden}, {layers} layers, {heads} heads, vocab {vocab}.
+Tokenizer: byte-level BPE trained offline on a few KB of ReAct / TextCraft-like text.
+Chat template: ChatML (<|im_start|>role\\ncontent<|im_end|>\\n); eos = <|im_end|>.
+Built by thicket/jobs/tiny_model.py for tests; do not use it for anything else.
+"""
+
+_ITEMS = (
+    "oak planks", "birch planks", "stick", "wool", "white wool", "red dye", "blue dye",
+    "crafting table", "wooden pickaxe", "stone pickaxe", "iron ingot", "oak log", "cobblestone",
+    "bed", "torch", "coal", "string", "bow", "arrow", "ladder", "chest", "furnace", "white bed",
+)
+_DIRECTIONS = ("north", "south", "east", "west", "up", "down", "left", "right", "forward")
+
+
+def _corpus() -> list[str]:
+    """A few KB of text shaped like our prompts, so common words become single tokens."""
+    lines = [
+        "You are an agent in a text game. Answer every turn in exactly this format:",
+        "Thought: <one short sentence of reasoning>",
+        "Action: <one action>",
+        "Crafting commands:",
+        "Goal: craft white bed.",
+        "Observation: Got 1 oak log. Valid actions: get | craft | inventory | look",
+        "Inventory: [oak planks] (4) [stick] (2)",
+        "Could not find enough items to craft minecraft:white_bed",
+    ]
+    for i, item in enumerate(_ITEMS):
+        other = _ITEMS[(i + 3) % len(_ITEMS)]
+        lines += [
+            f"Thought: I need {item} first, so I should get it.",
+            f"Action: get 1 {item}",
+            f"Observation: Got 1 {item}",
+            f"Thought: I have {other}, now I can craft {item}.",
+            f"Action: craft 4 {item} using 1 {other}",
+            f"Observation: Crafted 4 minecraft:{item.replace(' ', '_')}",
+            "Action: inventory",
+            f"Observation: Inventory: [{item}] (4) [{other}] (1)",
+            f"craft 1 {item} using 2 {other}, 1 stick",
+        ]
+    for d in _DIRECTIONS:
+        lines += [f"Action: go {d}", f"Observation: You go {d}. You see a door to the {d}.",
+                  f"Thought: The goal is to the {d}, I will move {d}."]
+    text = "\n".join(lines)
+    return [text, text.lower(), "0123456789 !?.,:;()[]{}<>|-_'\"/\\+=*#@&%$~`^"]
+
+
+def _build_tokenizer():  # -> transformers.PreTrainedTokenizerFast
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB,
+        special_tokens=[PAD, IM_START, IM_END],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus(), trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=None,
+        eos_token=IM_END,
+        pad_token=PAD,
+        additional_special_tokens=[IM_START],
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=MAX_POSITIONS,
+    )
+
+
+def _build(out_dir: Path) -> None:
+    import torch
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(SEED)
+    tokenizer = _build_tokenizer()
+    eos = tokenizer.convert_tokens_to_ids(IM_END)
+    pad = tokenizer.convert_tokens_to_ids(PAD)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=HIDDEN,
+        intermediate_size=4 * HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        max_position_embeddings=MAX_POSITIONS,
+        bos_token_id=None,
+        eos_token_id=eos,
+        pad_token_id=pad,
+        tie_word_embeddings=True,
+        torch_dtype="float32",
+        thicket_note="RANDOM UNTRAINED weights: a test model that emits noise",
+    )
+    model = LlamaForCausalLM(config).eval()
+    model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=pad)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    readme = README.format(seed=SEED, hidden=HIDDEN, layers=LAYERS, heads=HEADS, vocab=len(tokenizer))
+    (out_dir / "README.md").write_text(readme)
+
+
+def vllm_python(python: str | os.PathLike[str] | None = None) -> str:
+    """The interpreter that has vLLM / torch: the argument, $THICKET_VLLM_PYTHON,
+    the repo's .venv-vllm, else this interpreter."""
+    if python:
+        return str(python)
+    if env := os.environ.get("THICKET_VLLM_PYTHON"):
+        return env
+    local = Path(__file__).resolve().parent.parent / ".venv-vllm" / "bin" / "python"
+    return str(local) if local.exists() else sys.executable
+
+
+def build_tiny_model(out_dir: str | os.PathLike[str], python: str | os.PathLike[str] | None = None) -> Path:
+    """Build the tiny random model into out_dir (in a subprocess) and return the folder."""
+    from thicket.errors import BadInput  # this file also runs as a script, outside thicket
+
+    interpreter = vllm_python(python)
+    check = [interpreter, "-c", "import torch, transformers, tokenizers"]
+    try:
+        probe = subprocess.run(check, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BadInput(f"cannot run {interpreter} to build the tiny model: {exc}") from None
+    if probe.returncode != 0:
+        reason = (probe.stderr.strip().splitlines() or ["import failed"])[-1]
+        raise BadInput(f"{interpreter} lacks torch/transformers/tokenizers ({reason}); "
+                       "set THICKET_VLLM_PYTHON to the vLLM venv's python")
+    out = Path(out_dir)
+    result = subprocess.run([interpreter, __file__, str(out)], capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        reason = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise BadInput(f"building the tiny model with {interpreter} failed: {reason}")
+    return out
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python jobs/tiny_model.py OUT_DIR")
+    _build(Path(sys.argv[1]))

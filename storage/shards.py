@@ -1,0 +1,145 @@
+"""Tree shards: one Parquet file per tree, one row per node, committed atomically.
+
+Layout under a sweep's URI:
+    trees/data/task-00000042.<sha16>.parquet   the data, written first
+    trees/commits/task-00000042.json            the commit marker, put-if-absent
+Readers only follow commit markers, so a half-written or losing shard is never
+seen; the marker holds the data key, its SHA-256 and its row count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from thicket.storage.store import Store, StoreError
+
+COMMITS = "trees/commits/"
+DATA = "trees/data/"
+
+TREE_SCHEMA = pa.schema(
+    [
+        ("sweep", pa.string()),
+        ("env", pa.string()),
+        ("algorithm", pa.string()),
+        ("model", pa.string()),
+        ("seed", pa.int64()),
+        ("task", pa.int64()),
+        ("tree", pa.int64()),
+        ("node", pa.int32()),
+        ("parent", pa.int32()),  # -1 at the root
+        ("depth", pa.int32()),
+        ("child_index", pa.int32()),
+        ("label", pa.int16()),  # dense search's child label, else -1
+        ("observation", pa.string()),
+        ("num_valid_actions", pa.int32()),  # -1: the env has no list
+        ("thought", pa.string()),
+        ("action", pa.string()),
+        ("reply", pa.string()),  # the assistant message as it entered the history
+        ("token_ids", pa.list_(pa.int32())),  # sampled ids of the reply
+        ("logprobs", pa.list_(pa.float32())),  # aligned with token_ids
+        ("action_token_start", pa.int32()),
+        # The prompt this node's children are sampled from, as token ids:
+        # ctx(node) = (ctx(parent) + token_ids(node))[:context_prefix_len] + context_suffix_ids
+        ("context_prefix_len", pa.int32()),  # -1: never sent (a leaf)
+        ("context_suffix_ids", pa.list_(pa.int32())),
+        ("prompt_tokens", pa.int32()),
+        ("cached_tokens", pa.int32()),  # null: the server did not say
+        ("finish_reason", pa.string()),
+        ("constrained", pa.bool_()),
+        ("temperature", pa.float32()),
+        ("sample_seed", pa.int64()),
+        ("reward", pa.float32()),
+        ("done", pa.bool_()),
+        ("success", pa.bool_()),
+        ("terminal", pa.bool_()),
+        ("stop_reason", pa.string()),
+        ("value", pa.float32()),
+        ("visits", pa.int32()),
+        ("llm_ms", pa.float32()),
+        ("env_ms", pa.float32()),
+    ]
+)
+
+
+class CommitStatus(StrEnum):
+    COMMITTED = "committed"
+    ALREADY_COMMITTED = "already_committed"  # another writer (or an earlier run) won
+
+
+@dataclass(frozen=True)
+class CommitMarker:
+    task: int
+    data_key: str
+    sha256: str
+    rows: int
+    bytes: int
+    writer: str
+    committed_at: float
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> CommitMarker:
+        return cls(**json.loads(data))
+
+
+def commit_key(task: int) -> str:
+    return f"{COMMITS}task-{task:08d}.json"
+
+
+def to_parquet(table: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue()
+
+
+def write_shard(store: Store, task: int, table: pa.Table, writer: str) -> CommitStatus:
+    """Data first, then the commit marker (put-if-absent): exactly one copy is committed."""
+    data = to_parquet(table)
+    digest = hashlib.sha256(data).hexdigest()
+    data_key = f"{DATA}task-{task:08d}.{digest[:16]}.parquet"
+    store.put(data_key, data)
+    marker = CommitMarker(task, data_key, digest, table.num_rows, len(data), writer, time.time())
+    if store.put(commit_key(task), marker.to_json(), if_absent=True):
+        return CommitStatus.COMMITTED
+    winner = read_marker(store, task)
+    if winner is not None and winner.data_key != data_key:
+        store.delete(data_key)  # ours lost the race: leave no orphan behind
+    return CommitStatus.ALREADY_COMMITTED
+
+
+def read_marker(store: Store, task: int) -> CommitMarker | None:
+    key = commit_key(task)
+    return CommitMarker.from_json(store.get(key)) if store.exists(key) else None
+
+
+def committed_tasks(store: Store) -> dict[int, CommitMarker]:
+    markers = (CommitMarker.from_json(store.get(key)) for key in store.list(COMMITS) if key.endswith(".json"))
+    return {m.task: m for m in markers}
+
+
+def read_shard(store: Store, marker: CommitMarker) -> pa.Table:
+    data = store.get(marker.data_key)
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != marker.sha256:
+        raise StoreError(f"shard {marker.data_key} is corrupt: sha256 {digest[:12]} != committed {marker.sha256[:12]}")
+    table = pq.read_table(io.BytesIO(data))
+    if table.num_rows != marker.rows:
+        raise StoreError(f"shard {marker.data_key} has {table.num_rows} rows, committed {marker.rows}")
+    return table
+
+
+def iter_shards(store: Store) -> Iterator[tuple[CommitMarker, pa.Table]]:
+    """Every committed shard, in task order, checksums verified."""
+    for _, marker in sorted(committed_tasks(store).items()):
+        yield marker, read_shard(store, marker)

@@ -1,0 +1,108 @@
+"""Object stores behind one small interface, chosen by URI scheme.
+
+Keys are '/'-separated paths relative to the store's root URI. `put` is atomic:
+a reader sees the whole object or nothing; with `if_absent` it is put-if-absent
+(exactly one of several racing writers wins).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlparse
+
+
+class StoreError(Exception):
+    """A storage failure with a one-line message for the user."""
+
+
+class Store(ABC):
+    uri: str
+
+    @abstractmethod
+    def put(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
+        """Write `data` at `key`. With if_absent, return False (writing nothing) if it exists."""
+
+    @abstractmethod
+    def get(self, key: str) -> bytes: ...
+
+    @abstractmethod
+    def exists(self, key: str) -> bool: ...
+
+    @abstractmethod
+    def list(self, prefix: str = "") -> Iterator[str]:
+        """Keys under `prefix`, sorted."""
+
+    @abstractmethod
+    def delete(self, key: str) -> None: ...
+
+
+class LocalStore(Store):
+    """A folder. Atomic puts: write a temporary file, fsync, then rename (or link,
+    which fails if the target exists: put-if-absent)."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).resolve()
+        self.uri = self.root.as_uri()
+
+    def _path(self, key: str) -> Path:
+        path = (self.root / key).resolve()
+        if self.root != path and self.root not in path.parents:
+            raise StoreError(f"key {key!r} escapes the store at {self.root}")
+        return path
+
+    def put(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".{uuid.uuid4().hex[:8]}.tmp")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            if if_absent:
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    return False
+            else:
+                os.replace(tmp, path)
+            return True
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError:
+            raise StoreError(f"no object {key!r} in {self.uri}") from None
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        base = self._path(prefix) if prefix else self.root
+        folder = base if base.is_dir() else base.parent
+        if not folder.exists():
+            return iter(())
+        keys = (
+            p.relative_to(self.root).as_posix()
+            for p in folder.rglob("*")
+            if p.is_file() and not p.name.startswith(".")
+        )
+        return iter(sorted(k for k in keys if k.startswith(prefix)))
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
+
+
+def open_store(uri: str) -> Store:
+    parsed = urlparse(uri)
+    if parsed.scheme in ("", "file"):
+        return LocalStore(parsed.netloc + parsed.path if parsed.scheme == "file" else uri)
+    raise StoreError(f"unsupported storage URI {uri!r}: expected a local path or file://")

@@ -1,0 +1,112 @@
+"""The `thicket` command end to end with the uniform policy (no model needed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+THICKET = str(Path(sys.executable).parent / "thicket")
+
+
+def thicket(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [THICKET, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
+
+
+def test_demo_with_uniform_policy_runs_fast_writes_readable_shards_and_resumes(tmp_path):
+    started = time.monotonic()
+    first = thicket("run", "sweeps/demo.yaml", "--policy", "uniform", "--output", str(tmp_path))
+    elapsed = time.monotonic() - started
+    assert first.returncode == 0, first.stderr
+    assert elapsed < 30
+    assert "tasks        6 (6 grown" in first.stdout
+    sweep = tmp_path / "demo-textcraft-mcts"
+    shards = sorted((sweep / "trees" / "data").glob("*.parquet"))
+    assert len(shards) == 6
+    for shard in shards:
+        table = pq.read_table(shard)
+        assert table.num_rows > 1 and table.column("node").to_pylist() == list(range(table.num_rows))
+    assert (sweep / "spec.yaml").is_file()
+    again = thicket("run", "sweeps/demo.yaml", "--policy", "uniform", "--output", str(tmp_path))
+    assert again.returncode == 0 and "(0 grown, 6 already committed" in again.stdout
+    assert sorted((sweep / "trees" / "data").glob("*.parquet")) == shards
+
+
+def test_indices_run_a_subset_and_a_full_rerun_completes_the_rest(tmp_path):
+    part = thicket("run", "sweeps/demo.yaml", "--policy", "uniform", "--output", str(tmp_path), "--indices", "1-2,4")
+    assert part.returncode == 0 and "tasks        3 (3 grown" in part.stdout
+    commits = sorted(p.name for p in (tmp_path / "demo-textcraft-mcts" / "trees" / "commits").iterdir())
+    assert commits == ["task-00000001.json", "task-00000002.json", "task-00000004.json"]
+    rest = thicket("run", "sweeps/demo.yaml", "--policy", "uniform", "--output", str(tmp_path))
+    assert "(3 grown, 3 already committed" in rest.stdout
+
+
+def test_worker_runs_the_range_of_its_completion_index(tmp_path):
+    result = thicket("worker", "sweeps/demo.yaml", "--output", str(tmp_path), env={"JOB_COMPLETION_INDEX": "1"})
+    assert result.returncode == 2 and "policy.model" in result.stderr  # the demo needs its model folder
+    spec = tmp_path / "uniform.yaml"
+    spec.write_text((ROOT / "sweeps/demo.yaml").read_text().replace("kind: vllm", "kind: uniform"))
+    result = thicket("worker", str(spec), "--output", str(tmp_path), env={"JOB_COMPLETION_INDEX": "1"})
+    assert result.returncode == 0, result.stderr
+    commits = sorted(p.name for p in (tmp_path / "demo-textcraft-mcts" / "trees" / "commits").iterdir())
+    assert commits == ["task-00000003.json", "task-00000004.json", "task-00000005.json"]
+
+
+def test_export_tot_json_has_the_tot_pipeline_layout(tmp_path):
+    assert thicket("run", "sweeps/demo.yaml", "--policy", "uniform", "--output", str(tmp_path)).returncode == 0
+    out = tmp_path / "tot_agent_results.json"
+    result = thicket("export", str(tmp_path / "demo-textcraft-mcts"), "--format", "tot-json", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    episodes = json.loads(out.read_text())
+    assert [e["episode"] for e in episodes] == list(range(6))
+    step_keys = {
+        "observation", "thought_history", "actions_history", "current_thought",
+        "current_thought_logp", "current_action", "current_action_logp", "cumulative_reward",
+    }
+    for episode in episodes:
+        assert episode["paths"]
+        for path in episode["paths"]:
+            assert set(path) == {"trajectory", "final_reward"}
+            for i, step in enumerate(path["trajectory"]):
+                assert set(step) == step_keys
+                assert len(step["actions_history"]) == len(step["thought_history"]) == i
+            assert path["final_reward"] == path["trajectory"][-1]["cumulative_reward"]
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["run", "missing.yaml"], "missing.yaml: cannot read the spec"),
+        (["run", "sweeps/demo.yaml", "--indices", "5-2"], "--indices: range 5-2 is reversed"),
+        (["run", "sweeps/demo.yaml", "--indices", "0-99"], "outside the spec's tasks 0-5"),
+        (["run", "sweeps/demo.yaml", "--policy", "gpt"], "Invalid value for '--policy'"),
+        (["run", "sweeps/demo.yaml", "--bogus"], "No such option '--bogus'"),
+        (["run", "sweeps/demo.yaml", "--output", "s3://b/x"], "output: unsupported URI scheme 's3'"),
+        (["frobnicate"], "No such command 'frobnicate'"),
+        (["worker", "sweeps/demo.yaml"], "JOB_COMPLETION_INDEX is not set"),
+        (["worker", "sweeps/demo.yaml", "--index", "7"], "--index: 7 is outside 0-1"),
+        (["export", "/nonexistent/sweep"], "no committed trees there"),
+    ],
+)
+def test_bad_invocations_exit_2_with_one_line(args, needle):
+    result = thicket(*args, env={"JOB_COMPLETION_INDEX": ""})
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], result.stderr
+
+
+def test_bad_spec_exits_2_naming_the_field(tmp_path):
+    spec = tmp_path / "bad.yaml"
+    spec.write_text((ROOT / "sweeps/demo.yaml").read_text().replace("iterations: 6", "iterations: -1"))
+    result = thicket("run", str(spec))
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"error: {spec}: search.mcts.iterations: Input should be greater than or equal to 1 (got -1)"

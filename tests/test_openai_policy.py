@@ -1,0 +1,359 @@
+"""OpenAIPolicy against a real vLLM (CPU, tiny random model) and against scripted HTTP servers.
+
+The model's weights are random: its free text is noise, so tests check structure
+(ids, logprobs, seeds, constraints, caching, errors), never content.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import sys
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from thicket.errors import BadInput, Unavailable
+from thicket.policy import prompts
+from thicket.policy.base import Messages, Reply
+from thicket.policy.openai import OpenAIConfig, OpenAIPolicy, action_token_start, drop_oldest_exchange
+from thicket.tiny_model import build_tiny_model
+from thicket.vllm_server import VLLMServer, free_port, parse_prefix_cache_counters, prefix_cache_counters
+
+VALID = ("get 1 oak log", "craft 4 oak planks using 1 oak log", "inventory", "get 2 white wool")
+TASK: Messages = [
+    prompts.system_message("You are playing TextCraft. Craft the goal item."),
+    prompts.observation_message("Goal: craft stick. Inventory: [oak log] (1)", VALID, True),
+]
+
+
+def config_for(url: str, model: str = "m", **overrides: Any) -> OpenAIConfig:
+    base = OpenAIConfig(base_url=url, model=model, max_tokens=32, max_thought_chars=24,
+                       max_retries=2, retry_backoff_s=0.01, timeout_s=30.0)
+    return replace(base, **overrides)
+
+
+@asynccontextmanager
+async def started(config: OpenAIConfig) -> AsyncIterator[OpenAIPolicy]:
+    policy = OpenAIPolicy(config)
+    try:
+        await policy.start()
+        yield policy
+    finally:
+        await policy.close()
+
+
+def served(server: VLLMServer, **overrides: Any) -> OpenAIConfig:
+    overrides.setdefault("model", server.served_name)
+    return config_for(server.url, **overrides)
+
+
+def assert_sampled(reply: Reply) -> None:
+    assert reply.token_ids and len(reply.logprobs) == len(reply.token_ids)
+    assert all(math.isfinite(lp) and lp <= 0.0 for lp in reply.logprobs)
+
+
+# -- against vLLM ---------------------------------------------------------------------
+
+
+@pytest.mark.vllm
+async def test_propose_returns_n_replies_with_ids_and_logprobs(vllm_server: VLLMServer) -> None:
+    async with started(served(vllm_server)) as policy:
+        replies = await policy.propose(TASK, 3, valid_actions=VALID, seed=100, temperature=1.0)
+    assert len(replies) == 3
+    for reply in replies:
+        assert_sampled(reply)
+        assert reply.prompt_token_ids and not reply.constrained
+        assert (reply.thought, reply.action) == prompts.parse_reply(reply.text)
+    assert [r.seed for r in replies] == [100, 101, 102]
+    assert replies[0].prompt_tokens == len(replies[0].prompt_token_ids or [])
+    assert [r.prompt_tokens for r in replies[1:]] == [0, 0]
+    assert replies[0].cached_tokens is not None and replies[1].cached_tokens == 0
+
+
+@pytest.mark.vllm
+async def test_seeds_reproduce_and_differ(vllm_server: VLLMServer) -> None:
+    async with started(served(vllm_server)) as policy:
+        first = await policy.propose(TASK, 3, valid_actions=VALID, seed=7, temperature=1.0)
+        again = await policy.propose(TASK, 3, valid_actions=VALID, seed=7, temperature=1.0)
+        other = await policy.propose(TASK, 3, valid_actions=VALID, seed=1007, temperature=1.0)
+        shifted = await policy.propose(TASK, 1, valid_actions=VALID, seed=8, temperature=1.0)
+    assert [r.token_ids for r in first] == [r.token_ids for r in again]
+    for a, b in zip(first, again, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    assert len({tuple(r.token_ids) for r in first}) == 3
+    assert not {tuple(r.token_ids) for r in first} & {tuple(r.token_ids) for r in other}
+    assert shifted[0].token_ids == first[1].token_ids  # sample i uses seed + i
+
+
+@pytest.mark.vllm
+async def test_constrained_actions_are_always_valid(vllm_server: VLLMServer) -> None:
+    async with started(served(vllm_server, constrain_actions=True)) as policy:
+        batches = [await policy.propose(TASK, 16, valid_actions=VALID, seed=s * 16, temperature=1.0)
+                   for s in range(4)]
+    replies = [r for batch in batches for r in batch]
+    assert len(replies) == 64
+    for reply in replies:
+        assert reply.constrained and reply.finish_reason == "stop"
+        assert reply.action in VALID
+        assert reply.text.startswith("Thought: ") and "\n" not in reply.thought
+        assert 0 < reply.action_token_start < len(reply.token_ids)
+        assert_sampled(reply)
+    assert len({r.action for r in replies}) > 1
+
+
+@pytest.mark.vllm
+async def test_think_then_act(vllm_server: VLLMServer) -> None:
+    async with started(served(vllm_server, constrain_actions=True)) as policy:
+        thoughts = await policy.think(TASK, 3, seed=50, temperature=1.0)
+        turns = [await policy.act(TASK, t, valid_actions=VALID, seed=60 + i) for i, t in enumerate(thoughts)]
+    assert len(thoughts) == 3
+    for thought, turn in zip(thoughts, turns, strict=True):
+        assert thought.action == "" and "\n" not in thought.thought
+        assert len(thought.logprobs) == len(thought.token_ids)
+        assert turn.action in VALID and turn.constrained
+        assert turn.text == prompts.turn(thought.thought, turn.action)
+        assert prompts.parse_reply(turn.text) == (thought.thought, turn.action)
+        assert turn.token_ids[: len(thought.token_ids)] == thought.token_ids
+        assert turn.action_token_start == len(thought.token_ids) < len(turn.token_ids)
+        assert len(turn.logprobs) == len(turn.token_ids)
+
+
+@pytest.mark.vllm
+async def test_free_think_stops_before_action_and_act_is_one_line(vllm_server: VLLMServer) -> None:
+    async with started(served(vllm_server)) as policy:
+        thoughts = await policy.think(TASK, 4, seed=70, temperature=1.0)
+        turn = await policy.act(TASK, thoughts[0], valid_actions=VALID, seed=80)
+    for thought in thoughts:
+        assert "Action:" not in thought.thought and thought.action == ""
+        assert len(thought.logprobs) == len(thought.token_ids)
+    assert "\n" not in turn.action and not turn.constrained
+    assert turn.action_token_start == len(thoughts[0].token_ids)
+
+
+@pytest.mark.vllm
+async def test_prefix_cache_serves_a_reused_prefix(vllm_server: VLLMServer) -> None:
+    nonce = uuid.uuid4().hex  # a prefix no other test has sent
+    recipes = " ".join(f"craft {k} oak planks using 1 oak log;" for k in range(60))
+    task: Messages = [prompts.system_message(f"Session {nonce}. Recipes: {recipes}"), TASK[1]]
+    child = prompts.extend(task, "Thought: get wood\nAction: get 1 oak log", prompts.observation_message("Got 1 oak log", None, False))
+    before = await prefix_cache_counters(vllm_server.url)
+    async with started(served(vllm_server)) as policy:
+        parent = await policy.propose(task, 1, valid_actions=VALID, seed=1)
+        reused = await policy.propose(child, 1, valid_actions=VALID, seed=2)
+    after = await prefix_cache_counters(vllm_server.url)
+    assert parent[0].prompt_tokens > 256
+    assert parent[0].cached_tokens == 0
+    assert (reused[0].cached_tokens or 0) >= 256  # whole blocks (128 tokens on CPU)
+    assert before is not None and after is not None
+    assert after[0] - before[0] >= reused[0].cached_tokens
+    assert after[1] > before[1]
+
+
+@pytest.mark.vllm
+async def test_context_overflow_drops_the_oldest_exchange(vllm_server: VLLMServer) -> None:
+    filler = "craft 4 oak planks using 1 oak log. " * 350  # ~2,500 tokens of the tiny tokenizer
+    history = prompts.extend(TASK, f"Thought: {filler}\nAction: inventory", prompts.observation_message(filler, None, False))
+    history = prompts.extend(history, "Thought: ok\nAction: inventory", prompts.observation_message("ok", None, False))
+    async with started(served(vllm_server)) as policy:
+        [reply] = await policy.propose(history, 1, valid_actions=VALID, seed=3)
+        [thought] = await policy.think(history, 1, seed=3)
+        too_long = [TASK[0], {"role": "user", "content": filler * 2}]
+        with pytest.raises(BadInput, match="context"):
+            await policy.propose(too_long, 1, valid_actions=VALID, seed=3)
+    short = prompts.extend(TASK, "Thought: ok\nAction: inventory", prompts.observation_message("ok", None, False))
+    assert reply.prompt_tokens < 1000
+    assert reply.prompt_tokens == len(reply.prompt_token_ids or []) > 0
+    assert thought.prompt_tokens < 1000
+    async with started(served(vllm_server)) as policy:
+        [expected] = await policy.propose(short, 1, valid_actions=VALID, seed=3)
+    assert reply.prompt_token_ids == expected.prompt_token_ids
+
+
+@pytest.mark.vllm
+async def test_wrong_model_name_is_bad_input(vllm_server: VLLMServer) -> None:
+    with pytest.raises(BadInput, match=f"not served.*it serves: {vllm_server.served_name}"):
+        async with started(served(vllm_server, model="no-such-model")):
+            pass
+
+
+@pytest.mark.vllm
+async def test_many_concurrent_requests(vllm_server: VLLMServer) -> None:
+    async with started(served(vllm_server, concurrency=16, max_tokens=16)) as policy:
+        t0 = time.perf_counter()
+        results = await asyncio.gather(*(
+            policy.propose(TASK, 2, valid_actions=VALID, seed=2 * k) for k in range(48)
+        ))
+        elapsed = time.perf_counter() - t0
+    assert all(len(r) == 2 for r in results)
+    print(f"48 requests (n=2, 16 tokens) in {elapsed:.2f}s: {48 / elapsed:.1f} req/s")
+
+
+# -- servers that fail ------------------------------------------------------------------
+
+
+async def test_unreachable_server_is_unavailable_quickly() -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    started_at = time.perf_counter()
+    with pytest.raises(Unavailable, match="cannot reach the policy server at"):
+        async with started(config_for(url)):
+            pass
+    assert time.perf_counter() - started_at < 3.0
+
+
+def chat_body(text: str = "Thought: hi\nAction: inventory") -> dict[str, Any]:
+    tokens = ["Thought", ":", " hi", "\n", "Action", ":", " inventory"]
+    return {
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "finish_reason": "stop",
+            "token_ids": list(range(len(tokens))),
+            "logprobs": {"content": [{"token": t, "logprob": -0.5} for t in tokens]},
+        }],
+        "prompt_token_ids": [1, 2, 3],
+        "usage": {"prompt_tokens": 3, "prompt_tokens_details": {"cached_tokens": 0}},
+    }
+
+
+class Scripted(BaseHTTPRequestHandler):
+    """Answers each POST with the next (status, body, delay) of `script`."""
+
+    script: list[tuple[int, Any, float]] = []
+    bodies: list[dict[str, Any]] = []
+
+    def do_POST(self) -> None:
+        self.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        status, body, delay = self.script.pop(0) if len(self.script) > 1 else self.script[0]
+        time.sleep(delay)
+        payload = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextmanager
+def scripted_server(*script: tuple[int, Any, float]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    handler = type("Handler", (Scripted,), {"script": list(script), "bodies": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1", handler.bodies
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_5xx_is_retried_then_succeeds() -> None:
+    error = {"error": {"message": "overloaded"}}
+    with scripted_server((503, error, 0), (503, error, 0), (200, chat_body(), 0)) as (url, bodies):
+        policy = OpenAIPolicy(config_for(url, max_retries=3))
+        [reply] = await policy.propose(TASK, 1, valid_actions=VALID, seed=5)
+        await policy.close()
+    assert len(bodies) == 3
+    assert reply.action == "inventory" and reply.token_ids == list(range(7))
+    assert reply.action_token_start == 4
+    assert reply.prompt_token_ids == [1, 2, 3]
+
+
+async def test_5xx_exhausted_is_unavailable() -> None:
+    with scripted_server((500, {"error": {"message": "boom"}}, 0)) as (url, bodies):
+        policy = OpenAIPolicy(config_for(url, max_retries=2))
+        with pytest.raises(Unavailable, match="failed 3 times: HTTP 500: boom"):
+            await policy.propose(TASK, 1, valid_actions=VALID, seed=5)
+        await policy.close()
+    assert len(bodies) == 3
+
+
+async def test_other_4xx_is_bad_input_in_one_line() -> None:
+    error = {"error": {"message": "temperature must be\nnon-negative", "code": 400}}
+    with scripted_server((400, error, 0)) as (url, bodies):
+        policy = OpenAIPolicy(config_for(url))
+        with pytest.raises(BadInput, match="HTTP 400\\): temperature must be non-negative$"):
+            await policy.propose(TASK, 1, valid_actions=VALID, seed=5, temperature=-1)
+        await policy.close()
+    assert len(bodies) == 1
+
+
+async def test_read_timeout_is_not_retried() -> None:
+    with scripted_server((200, chat_body(), 2.0)) as (url, bodies):
+        policy = OpenAIPolicy(config_for(url, timeout_s=0.5))
+        with pytest.raises(Unavailable, match="did not answer within 0.5s"):
+            await policy.propose(TASK, 1, valid_actions=VALID, seed=5)
+        await policy.close()
+    assert len(bodies) == 1
+
+
+async def test_request_fields_sent() -> None:
+    with scripted_server((200, chat_body(), 0)) as (url, bodies):
+        policy = OpenAIPolicy(config_for(url, constrain_actions=True))
+        await policy.propose(TASK, 4, valid_actions=VALID, seed=40)
+        await policy.act(TASK, Reply(text="", thought="hm", action=""), valid_actions=VALID, seed=9)
+        await policy.close()
+    propose, act = bodies
+    assert propose["n"] == 4 and propose["seed"] == 40 and propose["logprobs"] is True
+    assert propose["return_token_ids"] is True
+    assert propose["structured_outputs"] == {"regex": prompts.action_regex(VALID, 24)}
+    assert not any(key.startswith("guided_") for key in propose)
+    assert act["structured_outputs"] == {"choice": list(VALID)}
+    assert act["continue_final_message"] is True and act["add_generation_prompt"] is False
+    assert act["messages"][-1] == {"role": "assistant", "content": "Thought: hm\nAction: "}
+
+
+# -- helpers ----------------------------------------------------------------------------
+
+
+def test_drop_oldest_exchange() -> None:
+    a1, u1 = {"role": "assistant", "content": "a1"}, {"role": "user", "content": "u1"}
+    a2, u2 = {"role": "assistant", "content": "a2"}, {"role": "user", "content": "u2"}
+    prefill = {"role": "assistant", "content": "Thought: "}
+    assert drop_oldest_exchange([*TASK, a1, u1, a2, u2]) == [*TASK, a2, u2]
+    assert drop_oldest_exchange([*TASK, a2, u2]) == TASK
+    assert drop_oldest_exchange(TASK) is None
+    assert drop_oldest_exchange([*TASK, a1, u1, prefill], keep_last=1) == [*TASK, prefill]
+    assert drop_oldest_exchange([*TASK, prefill], keep_last=1) is None
+
+
+def test_action_token_start() -> None:
+    assert action_token_start(["Thought", ":", " x", "\n", "Action", ":", " go"]) == 4
+    assert action_token_start(["Thought: x", "\nAct", "ion: go"]) == 1
+    assert action_token_start(["Thought", ": x"]) == -1
+
+
+def test_parse_prefix_cache_counters() -> None:
+    text = (
+        "# HELP vllm:prefix_cache_hits_total hits\n"
+        'vllm:prefix_cache_hits_total{engine="0",model_name="m{x}"} 512.0\n'
+        'vllm:prefix_cache_hits_total{engine="1",model_name="m"} 128.0\n'
+        'vllm:prefix_cache_queries_total{engine="0",model_name="m"} 2000.0\n'
+        'vllm:external_prefix_cache_hits_total{engine="0"} 99.0\n'
+    )
+    assert parse_prefix_cache_counters(text) == (640.0, 2000.0)
+    assert parse_prefix_cache_counters("vllm:prefix_cache_hits_total 3\n") is None
+
+
+def test_build_tiny_model_needs_torch(tmp_path: Any) -> None:
+    with pytest.raises(BadInput, match="lacks torch"):
+        build_tiny_model(tmp_path / "m", python=sys.executable)
+
+
+def test_server_fails_fast_without_vllm(tmp_path: Any) -> None:
+    server = VLLMServer(tmp_path, served_name="x", python=sys.executable, log_path=tmp_path / "log")
+    started_at = time.perf_counter()
+    with pytest.raises(Unavailable, match="exited with code 1 .*No module named 'vllm'"):
+        server.start()
+    assert time.perf_counter() - started_at < 10 and not server.running

@@ -1,0 +1,139 @@
+"""Tree shards: schema, atomic commit, resume, races, checksums, prompt-id compression."""
+
+from __future__ import annotations
+
+import threading
+
+import pyarrow as pa
+import pytest
+
+from scripted import CyclingPolicy, WordEnv
+from thicket.policy.base import Reply
+from thicket.search import grow
+from thicket.search.expand import Expander
+from thicket.search.mcts import MCTSParams
+from thicket.shard import TreeMeta, rebuild_contexts, tree_table
+from thicket.storage.shards import (
+    CommitStatus,
+    TREE_SCHEMA,
+    commit_key,
+    committed_tasks,
+    iter_shards,
+    read_marker,
+    read_shard,
+    write_shard,
+)
+from thicket.storage.store import LocalStore, StoreError, open_store
+
+META = TreeMeta(sweep="s", env="word", algorithm="mcts", model="m", seed=0)
+
+
+async def small_tree(task: int = 0):
+    x = await Expander.open(WordEnv(), task, CyclingPolicy(), 0, max_depth=10, max_nodes=100)
+    await grow(x, MCTSParams(iterations=50, expansions=2, max_depth=10))
+    return x.tree
+
+
+async def test_table_has_one_row_per_node_in_canonical_order(tmp_path):
+    tree = await small_tree()
+    table = tree_table(tree, META)
+    assert table.schema == TREE_SCHEMA and table.num_rows == tree.size == 15
+    rows = table.to_pylist()
+    assert [r["node"] for r in rows] == list(range(15))
+    assert rows[0]["parent"] == -1 and all(r["parent"] < r["node"] for r in rows[1:])
+    assert [r["depth"] for r in rows] == sorted(r["depth"] for r in rows)
+    leaves = [r for r in rows if r["terminal"] and r["depth"] == 3]
+    assert len(leaves) == 8 and sum(r["success"] for r in leaves) == 1
+    assert rows[0]["visits"] == 8 and rows[0]["value"] == pytest.approx(1 / 8)
+
+
+async def test_commit_is_visible_once_and_a_rerun_is_a_no_op(tmp_path):
+    store = LocalStore(tmp_path)
+    table = tree_table(await small_tree(), META)
+    assert write_shard(store, 7, table, "w1") is CommitStatus.COMMITTED
+    assert write_shard(store, 7, table, "w2") is CommitStatus.ALREADY_COMMITTED
+    assert list(committed_tasks(store)) == [7]
+    assert read_marker(store, 7).writer == "w1"
+    [(marker, read)] = list(iter_shards(store))
+    assert read.equals(table) and marker.rows == 15
+    assert len(list(store.list("trees/data/"))) == 1  # identical bytes share one data object
+
+
+async def test_racing_writers_commit_exactly_one_copy_and_leave_no_orphans(tmp_path):
+    store = LocalStore(tmp_path)
+    tables = []
+    for seed in range(8):  # different contents, so different data keys
+        tree = await small_tree()
+        tree.seed = seed
+        tables.append(tree_table(tree, TreeMeta("s", "word", "mcts", f"m{seed}", seed)))
+    results: list[CommitStatus] = []
+    barrier = threading.Barrier(len(tables))
+
+    def race(i: int) -> None:
+        barrier.wait()
+        results.append(write_shard(store, 3, tables[i], f"w{i}"))
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(len(tables))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results.count(CommitStatus.COMMITTED) == 1
+    marker = read_marker(store, 3)
+    assert list(store.list("trees/data/")) == [marker.data_key]
+    assert read_shard(store, marker).num_rows == 15
+
+
+async def test_a_corrupt_shard_is_refused(tmp_path):
+    store = LocalStore(tmp_path)
+    write_shard(store, 1, tree_table(await small_tree(), META), "w")
+    marker = read_marker(store, 1)
+    (tmp_path / marker.data_key).write_bytes(b"garbage")
+    with pytest.raises(StoreError, match="corrupt"):
+        read_shard(store, marker)
+
+
+def test_data_without_a_marker_is_invisible(tmp_path):
+    store = LocalStore(tmp_path)
+    store.put("trees/data/task-00000005.deadbeef.parquet", b"half written")
+    assert committed_tasks(store) == {}
+    assert not store.exists(commit_key(5))
+
+
+def test_put_if_absent_and_keys_cannot_escape(tmp_path):
+    store = open_store(f"file://{tmp_path}")
+    assert store.put("a/b.json", b"1", if_absent=True)
+    assert not store.put("a/b.json", b"2", if_absent=True)
+    assert store.get("a/b.json") == b"1"
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]
+    with pytest.raises(StoreError):
+        store.put("../outside", b"x")
+
+
+async def test_prompt_ids_round_trip_through_the_compressed_columns():
+    tree = await small_tree()
+    prompts: dict[int, list[int]] = {}
+    counter = iter(range(10_000))
+    for node in tree.nodes():  # a fake tokenizer: the context grows by reply ids + 3 new ids
+        base = [] if node.parent is None else prompts[id(node.parent)] + node.reply.token_ids
+        prompts[id(node)] = base + [next(counter) for _ in range(3)]
+        for child in node.children:
+            child.reply = Reply(
+                text=child.reply.text,
+                thought=child.reply.thought,
+                action=child.reply.action,
+                token_ids=[next(counter) for _ in range(2)],
+                prompt_token_ids=None,
+            )
+    for node in tree.nodes():
+        for child in node.children:
+            child.reply.prompt_token_ids = prompts[id(node)]
+    table = tree_table(tree, META)
+    suffix_lengths = [len(s) for s in table.column("context_suffix_ids").to_pylist()]
+    assert max(suffix_lengths) == 3  # append-only: only the new turn is stored
+    rebuilt = rebuild_contexts(table)
+    for node, context in zip(tree.nodes(), rebuilt):
+        if node.children:
+            assert context == prompts[id(node)]
+        else:
+            assert context is None
