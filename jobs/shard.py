@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from thicket.policy import prompts
 from thicket.search.tree import Node, Tree
 from thicket.storage.shards import TREE_SCHEMA
 
@@ -17,6 +18,8 @@ class TreeMeta:
     algorithm: str
     model: str
     seed: int
+    instructions: str = ""
+    show_valid_actions: bool = False
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -58,6 +61,7 @@ def tree_table(tree: Tree, meta: TreeMeta) -> pa.Table:
     nodes = tree.freeze()
     contexts = compress_contexts(nodes)
     rows: dict[str, list] = {name: [] for name in TREE_SCHEMA.names}
+    system_prompt = prompts.system_message(meta.instructions)["content"]
 
     def add(**values: object) -> None:
         for name, value in values.items():
@@ -80,7 +84,11 @@ def tree_table(tree: Tree, meta: TreeMeta) -> pa.Table:
             depth=node.depth,
             child_index=node.index,
             label=node.label,
+            system_prompt=system_prompt,
             observation=node.observation.text,
+            user_message=prompts.observation_message(
+                node.observation.text, valid, meta.show_valid_actions
+            )["content"],
             num_valid_actions=len(valid) if valid is not None else -1,
             thought=r.thought if r else "",
             action=r.action if r else "",

@@ -18,7 +18,7 @@ from thicket.policy.base import Policy
 from thicket.progress import TaskProgress
 from thicket.search import grow, settle
 from thicket.search.expand import Expander
-from thicket.search.tree import StopReason, Tree
+from thicket.search.tree import StopReason
 from thicket.shard import TreeMeta, tree_table
 from thicket.spec import SweepSpec
 from thicket.storage.shards import CommitStatus, committed_tasks, write_shard
@@ -112,7 +112,7 @@ class Worker:
                 dedupe=self.spec.search.dedupe,
             )
             status = await self._grow_within_deadline(x)
-            commit = await asyncio.to_thread(self._commit, x.tree)
+            commit = await asyncio.to_thread(self._commit, x)
         except (BadInput, asyncio.CancelledError):
             raise
         except Exception as err:  # one task's failure must not stop the others
@@ -144,12 +144,14 @@ class Worker:
             settle(x, self.spec.search, StopReason.TIMEOUT)
             return TaskStatus.TIMED_OUT
 
-    def _commit(self, tree: Tree) -> CommitStatus:
+    def _commit(self, x: Expander) -> CommitStatus:
         meta = TreeMeta(
             sweep=self.spec.name,
             env=self.spec.tasks.env,
             algorithm=self.spec.search.algorithm,
             model=self.model_name,
             seed=self.spec.seed,
+            instructions=x.instructions,
+            show_valid_actions=x.show_valid_actions,
         )
-        return write_shard(self.store, tree.task, tree_table(tree, meta), self.writer_id)
+        return write_shard(self.store, x.tree.task, tree_table(x.tree, meta), self.writer_id)

@@ -39,7 +39,9 @@ TREE_SCHEMA = pa.schema(
         ("depth", pa.int32()),
         ("child_index", pa.int32()),
         ("label", pa.int16()),  # dense search's child label, else -1
+        ("system_prompt", pa.string()),  # the system message (same on every row of a tree)
         ("observation", pa.string()),
+        ("user_message", pa.string()),  # the observation as the model saw it (a user turn)
         ("num_valid_actions", pa.int32()),  # -1: the env has no list
         ("thought", pa.string()),
         ("action", pa.string()),

@@ -235,11 +235,14 @@ class Scripted(BaseHTTPRequestHandler):
         status, body, delay = self.script.pop(0) if len(self.script) > 1 else self.script[0]
         time.sleep(delay)
         payload = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (timeout test)
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -249,7 +252,7 @@ class Scripted(BaseHTTPRequestHandler):
 def scripted_server(*script: tuple[int, Any, float]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     handler = type("Handler", (Scripted,), {"script": list(script), "bodies": []})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/v1", handler.bodies

@@ -137,3 +137,23 @@ async def test_prompt_ids_round_trip_through_the_compressed_columns():
             assert context == prompts[id(node)]
         else:
             assert context is None
+
+
+async def test_rows_rebuild_the_exact_chat_the_policy_saw():
+    x = await Expander.open(WordEnv(), 0, CyclingPolicy(), 0, max_depth=10, max_nodes=100, show_valid_actions=True)
+    await grow(x, MCTSParams(iterations=3, expansions=2, max_depth=10))
+    meta = TreeMeta("s", "word", "mcts", "m", 0, instructions=x.instructions, show_valid_actions=True)
+    rows = tree_table(x.tree, meta).to_pylist()
+
+    def chat(i: int) -> list[dict]:
+        row = rows[i]
+        if row["parent"] < 0:
+            return [{"role": "system", "content": row["system_prompt"]}, {"role": "user", "content": row["user_message"]}]
+        return chat(row["parent"]) + [
+            {"role": "assistant", "content": row["reply"]},
+            {"role": "user", "content": row["user_message"]},
+        ]
+
+    for node in x.tree.nodes():
+        assert chat(node.id) == x.messages(node)
+    assert "Valid actions: a | b" in rows[0]["user_message"]

@@ -9,6 +9,10 @@ Usage: a request returns one usage block for its n choices; `prompt_tokens` and
 
 vLLM-specific request fields are used (`return_token_ids`, `structured_outputs`,
 `continue_final_message`); other servers ignore or refuse them.
+
+Context overflow: a 400 "maximum context length" makes the request go again without the
+oldest assistant+user exchange (after the system + task messages), until only those are
+left; a reply's prompt_token_ids show the prompt that was actually used.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from itertools import accumulate
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,7 +62,7 @@ class OpenAIConfig:
     extra_body: dict[str, Any] = field(default_factory=dict)  # merged into every request
 
 
-class ServerError(Exception):
+class _ServerError(Exception):
     """A 5xx answer: the server is up but failed the request (retried)."""
 
     def __init__(self, status: int, message: str) -> None:
@@ -66,12 +71,11 @@ class ServerError(Exception):
 
 
 class _ContextTooLong(Exception):
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
+    pass
 
 
 def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, (*_CONNECTION_ERRORS, ServerError))
+    return isinstance(exc, (*_CONNECTION_ERRORS, _ServerError))
 
 
 def _error_message(response: httpx.Response) -> str:
@@ -125,21 +129,15 @@ def action_token_start(tokens: list[str]) -> int:
     return _token_at(tokens, match.start()) if match else -1
 
 
-def _cut_at_stop(choice: dict[str, Any]) -> int:
+def _text_token_count(choice: dict[str, Any], keep_eos: bool) -> int:
     """How many sampled tokens make the returned text: vLLM returns the tokens that hold
     a stop string (and a final eos) although the text leaves them out."""
     tokens = _token_strings(choice)
     stop = choice.get("stop_reason")
-    if isinstance(stop, str) and stop:
-        pos = "".join(tokens).find(stop)
-        if pos >= 0:
-            end = 0
-            for i, token in enumerate(tokens):
-                if end >= pos:
-                    return i
-                end += len(token)
-        return len(tokens)
-    if choice.get("finish_reason") == "stop" and tokens:
+    if isinstance(stop, str) and stop and (pos := "".join(tokens).find(stop)) >= 0:
+        starts = accumulate(map(len, tokens), initial=0)
+        return sum(1 for start, _ in zip(starts, tokens) if start < pos)
+    if not keep_eos and choice.get("finish_reason") == "stop" and tokens:
         return len(tokens) - 1  # the eos (or a stop token id)
     return len(tokens)
 
@@ -186,10 +184,10 @@ class OpenAIPolicy(Policy):
                 with attempt:
                     response = await self.client.request(method, url, json=body)
                     if response.status_code >= 500:
-                        raise ServerError(response.status_code, _error_message(response))
+                        raise _ServerError(response.status_code, _error_message(response))
         except _CONNECTION_ERRORS as exc:
             raise Unavailable(f"cannot reach the policy server at {self.base_url}: {exc!r}") from None
-        except ServerError as exc:
+        except _ServerError as exc:
             raise Unavailable(f"the policy server at {self.base_url} failed "
                               f"{self.config.max_retries + 1} times: {exc}") from None
         except httpx.TimeoutException as exc:
@@ -327,7 +325,7 @@ class OpenAIPolicy(Policy):
         data: dict[str, Any], choice: dict[str, Any], first: bool, seed: int, temperature: float, latency: float
     ) -> Reply:
         thought = (choice["message"].get("content") or "").strip()
-        keep = _cut_at_stop(choice)
+        keep = _text_token_count(choice, keep_eos=False)
         prompt_tokens, cached = _usage(data, first)
         return Reply(
             text=f"Thought: {thought}",
@@ -353,8 +351,9 @@ class OpenAIPolicy(Policy):
         seed: int,
         temperature: float | None = None,
     ) -> Reply:
-        """Complete a thought with an action. token_ids = the thought's ids + the action's;
-        the prefilled "\\nAction: " between them was not sampled and is not in them."""
+        """Complete a thought with an action. token_ids = the thought's ids + the action's
+        (with its eos, as in propose); the prefilled "\\nAction: " between them was not
+        sampled and is not in them. prompt_token_ids are the thought's prompt."""
         constrained = self._constrained(valid_actions)
         prefill = [*messages, {"role": "assistant", "content": prompts.thought_prefix(thought.thought)}]
         body = self._sampling(1, seed, temperature, self.config.action_max_tokens)
@@ -367,13 +366,14 @@ class OpenAIPolicy(Policy):
         data, latency = await self._chat(prefill, body, keep_last=1)
         choice = _choices(data)[0]
         action = (choice["message"].get("content") or "").strip()
+        keep = _text_token_count(choice, keep_eos=True)
         prompt_tokens, cached = _usage(data, first=True)
         return Reply(
             text=prompts.turn(thought.thought, action),
             thought=thought.thought,
             action=action,
-            token_ids=[*thought.token_ids, *(choice.get("token_ids") or [])],
-            logprobs=[*thought.logprobs, *_logprobs(choice)],
+            token_ids=[*thought.token_ids, *(choice.get("token_ids") or [])[:keep]],
+            logprobs=[*thought.logprobs, *_logprobs(choice)[:keep]],
             action_token_start=len(thought.token_ids),
             prompt_token_ids=thought.prompt_token_ids,
             finish_reason=choice.get("finish_reason") or "stop",
@@ -382,7 +382,7 @@ class OpenAIPolicy(Policy):
             seed=seed,
             prompt_tokens=prompt_tokens,
             cached_tokens=cached,
-            latency_s=thought.latency_s + latency,
+            latency_s=latency,
         )
 
 
