@@ -91,6 +91,11 @@ class VLLMServer:
         return f"http://{self.host}:{self.port}/v1"
 
     @property
+    def pid(self) -> int | None:
+        """The api_server's pid (its process group id too); None when not started."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 

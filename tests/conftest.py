@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from thicket.envs.textcraft import make_task
+from thicket.envs import make_env
 from thicket.runner import run_tasks
 from thicket.shard import rebuild_contexts
 from thicket.spec import parse_spec
@@ -71,10 +71,7 @@ async def test_mcts_on_textcraft_records_what_was_sampled(vllm_server, tmp_path)
 
 
 def make_valid_actions(task: int) -> tuple[str, ...]:
-    from thicket.envs import make_env
-    import asyncio
-
-    return asyncio.run(make_env("textcraft").reset(task)).valid_actions  # noqa: RUF006
+    return make_env("textcraft").reset_sync(task).valid_actions
 
 
 async def test_tot_dense_and_sample_run_against_vllm(vllm_server, tmp_path):
