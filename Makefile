@@ -38,3 +38,48 @@ models/tiny/config.json: jobs/tiny_model.py $(VENV)/.installed $(VLLM_VENV)/.ins
 
 clean:
 	rm -rf out models $(VENV) $(VLLM_VENV) *.egg-info
+
+# --- Kubernetes ------------------------------------------------------------------------------
+# make rollout SPEC=sweeps/x.yaml   validate, render, and `kubectl apply -f -` when a cluster is
+#                                   configured (else print the manifests and say so)
+# make status SWEEP=name [NAMESPACE=ns]   make aggregate SWEEP_URI=s3://b/p/name
+# make pull SWEEP_URI=s3://b/p/name [DEST=data]   make images [REGISTRY=...] [DOCKER=podman]
+KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo $(BIN)/kubectl)
+DOCKER ?= docker
+REGISTRY ?= ghcr.io/thicket
+VERSION := $(shell sed -n 's/^version *= *"\(.*\)"/\1/p' pyproject.toml)
+WORKER_IMAGE := $(REGISTRY)/thicket:$(VERSION)
+ENV_IMAGE := $(REGISTRY)/thicket-env:$(VERSION)
+ENV_JAVA_IMAGE := $(REGISTRY)/thicket-env-java:$(VERSION)
+DEST ?= data
+
+.PHONY: rollout status aggregate pull images
+
+rollout: venv
+	@test -n "$(SPEC)" || { echo "usage: make rollout SPEC=sweeps/NAME.yaml" >&2; exit 2; }
+	$(BIN)/thicket validate $(SPEC)
+	@if [ -n "$$KUBERNETES_SERVICE_HOST" ] || $(KUBECTL) config current-context >/dev/null 2>&1; then \
+		echo "$(BIN)/thicket render $(SPEC) | $(KUBECTL) apply -f -"; \
+		$(BIN)/thicket render $(SPEC) | $(KUBECTL) apply -f -; \
+	else \
+		$(BIN)/thicket render $(SPEC); \
+		echo "no Kubernetes cluster configured (no kubectl context): printed the manifests instead of applying them" >&2; \
+	fi
+
+status: venv
+	@test -n "$(SWEEP)" || { echo "usage: make status SWEEP=name [NAMESPACE=ns]" >&2; exit 2; }
+	$(BIN)/thicket status $(SWEEP) $(if $(NAMESPACE),-n $(NAMESPACE))
+
+aggregate: venv
+	@test -n "$(SWEEP_URI)" || { echo "usage: make aggregate SWEEP_URI=s3://bucket/prefix/name" >&2; exit 2; }
+	$(BIN)/thicket aggregate $(SWEEP_URI)
+
+pull: venv
+	@test -n "$(SWEEP_URI)" || { echo "usage: make pull SWEEP_URI=s3://bucket/prefix/name [DEST=data]" >&2; exit 2; }
+	$(BIN)/thicket pull $(SWEEP_URI) $(DEST)
+
+# Images tagged with the version in pyproject.toml: the defaults of the spec's cluster.images.
+images:
+	$(DOCKER) build -f docker/worker.Dockerfile --build-arg VERSION=$(VERSION) -t $(WORKER_IMAGE) .
+	$(DOCKER) build -f docker/env.Dockerfile --build-arg WORKER_IMAGE=$(WORKER_IMAGE) -t $(ENV_IMAGE) .
+	$(DOCKER) build -f docker/env-java.Dockerfile --build-arg VERSION=$(VERSION) -t $(ENV_JAVA_IMAGE) .

@@ -1,7 +1,9 @@
 """In-process env throughput: steps/s (random valid actions, resets included), resets/s
-and snapshot+restore pairs/s for each env.
+and snapshot+restore pairs/s for each env ("-" where the env cannot snapshot). Free-text
+envs step with the actions in FREE_TEXT; TextWorld cycles over TASK_CAP games (each new
+game is generated and cached on first use, ~5 s).
 
-    .venv/bin/python bench/env_steps.py [--seconds 1.0]
+    .venv/bin/python bench/env_steps.py [--seconds 1.0] [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -21,20 +23,41 @@ CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("cliffwalking", {"is_slippery": True}),
     ("taxi", {}),
     ("taxi", {"is_rainy": True, "fickle_passenger": True}),
+    ("babyai", {}),
+    ("textarena", {"game": "TowerOfHanoi-v0"}),
+    ("textarena", {"game": "GuessTheNumber-v0"}),
+    ("textarena", {"game": "Minesweeper-v0"}),
+    ("textarena", {"game": "Crosswords-v0"}),
+    ("textworld", {}),
+    ("math", {}),
+    ("sciworld", {}),
+    ("sciworld", {"valid_actions": False}),
 ]
+# Actions for envs without a valid-action list.
+FREE_TEXT: dict[str, tuple[str, ...]] = {
+    "math": ("execute: x = 2 ** 64", "execute: print(sum(range(10**5)))", "answer: 7"),
+    "textarena": ("[0 0 a]", "[1 2 e]", "[2 1 s]"),
+    "sciworld": ("look around", "open door to kitchen", "go to kitchen", "inventory", "wait1"),
+}
+TASK_CAP = {"textworld": 3}
+# Steps or snapshot pairs (resets: a tenth of it) between two looks at the clock: slow envs look often.
+BATCH = {"sciworld": 1, "math": 1, "textworld": 10}
 
 
 def steps_per_second(env: SyncEnv, seconds: float) -> float:
     rng = random.Random(0)
     task, steps = 0, 0
-    actions = env.reset_sync(task).valid_actions or ()
+    cap = TASK_CAP.get(env.family, 10**9)
+    free = FREE_TEXT.get(env.family, ())
+    actions = env.reset_sync(task).valid_actions or free
+    batch = BATCH.get(env.family, 100)
     start = time.perf_counter()
     while (elapsed := time.perf_counter() - start) < seconds:
-        for _ in range(100):
+        for _ in range(batch):
             if env.step_sync(rng.choice(actions)).done:
                 task += 1
-                actions = env.reset_sync(task).valid_actions or ()
-        steps += 100
+                actions = env.reset_sync(task % cap).valid_actions or free
+        steps += batch
     return steps / elapsed
 
 
@@ -42,29 +65,36 @@ def resets_per_second(env: SyncEnv, seconds: float) -> float:
     resets = 0
     start = time.perf_counter()
     while (elapsed := time.perf_counter() - start) < seconds:
-        for _ in range(10):
-            env.reset_sync(resets)
+        for _ in range(max(BATCH.get(env.family, 100) // 10, 1)):
+            env.reset_sync(resets % TASK_CAP.get(env.family, 10**9))
             resets += 1
     return resets / elapsed
 
 
-def snapshot_restores_per_second(env: SyncEnv, seconds: float) -> float:
+def snapshot_restores_per_second(env: SyncEnv, seconds: float) -> float | None:
+    if not env.can_snapshot:
+        return None
     env.reset_sync(1)
     pairs = 0
     start = time.perf_counter()
     while (elapsed := time.perf_counter() - start) < seconds:
-        for _ in range(100):
+        batch = BATCH.get(env.family, 100)
+        for _ in range(batch):
             env.restore_sync(env.snapshot_sync())
-        pairs += 100
+        pairs += batch
     return pairs / elapsed
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=1.0, help="time per measurement")
-    seconds = parser.parse_args().seconds
+    parser.add_argument("--only", nargs="*", help="env names to measure (default: all)")
+    options = parser.parse_args()
+    seconds = options.seconds
     print(f"{'env':<42} {'steps/s':>10} {'resets/s':>10} {'snap+restore/s':>15}")
     for name, args in CONFIGS:
+        if options.only and name not in options.only:
+            continue
         env = make_env(name, **args)
         assert isinstance(env, SyncEnv)
         env.reset_sync(0)  # load shared data outside the timing
@@ -72,7 +102,11 @@ def main() -> None:
         rate = steps_per_second(env, seconds)
         resets = resets_per_second(env, seconds)
         pairs = snapshot_restores_per_second(env, seconds)
-        print(f"{label:<42} {rate:>10,.0f} {resets:>10,.0f} {pairs:>15,.0f}")
+        shown = "-" if pairs is None else f"{pairs:,.0f}"
+        print(f"{label:<42} {rate:>10,.1f} {resets:>10,.1f} {shown:>15}")
+        close = getattr(env, "close_sync", None)
+        if close is not None:
+            close()  # ScienceWorld's JVM
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def cli(verbose: bool) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    for noisy in ("httpx", "httpcore"):
+    for noisy in ("httpx", "httpcore", "botocore", "boto3", "s3transfer", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
@@ -52,16 +53,23 @@ def validate(spec: str) -> None:
     click.echo(f"tasks   {s.tasks.env} {s.tasks.start}-{s.tasks.stop - 1} ({s.tasks.count} tasks, {len(ranges)} pods of <= {s.tasks.per_index})")
     click.echo(f"search  {s.search.algorithm}: {s.search.model_dump(exclude={'algorithm'})}")
     click.echo(f"policy  {s.policy.kind} {s.policy.model or ''} {s.policy.url or ''}".rstrip())
+    from thicket.manifests import render, serves_vllm
+
+    render(s)  # what the cluster would refuse, refused here
+    c = s.cluster
+    gpus = f", {c.gpus} GPU(s) each" if serves_vllm(s) else ", no vLLM in the pod"
+    click.echo(f"cluster {c.namespace}: {len(ranges)} indexes, {min(c.parallelism, len(ranges))} at a time{gpus}")
 
 
 @cli.command()
 @click.argument("spec", type=click.Path(dir_okay=False))
-@click.option("--output", help="Override the spec's output (local path or file:// URI).")
+@click.option("--output", help="Override the spec's output (local path, file:// or s3://bucket/prefix).")
 @click.option("--indices", help="Task indices to run, e.g. 0-9 or 3,5,7-8 (default: all).")
 @click.option("--policy", type=click.Choice(["uniform"]), help="Replace the spec's policy by the uniform baseline.")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar on a terminal.")
-def run(spec: str, output: str | None, indices: str | None, policy: str | None, progress: bool) -> None:
-    """Run SPEC's tasks locally (starting vLLM if the spec serves a local model)."""
+@click.option("--aggregate/--no-aggregate", "then_aggregate", default=True, help="Build the datasets when the run succeeds.")
+def run(spec: str, output: str | None, indices: str | None, policy: str | None, progress: bool, then_aggregate: bool) -> None:
+    """Run SPEC's tasks locally (starting vLLM if the spec serves a local model), then aggregate."""
     from thicket.runner import raise_for_failures, run_tasks
 
     s = _spec_with_overrides(spec, output, policy)
@@ -70,13 +78,22 @@ def run(spec: str, output: str | None, indices: str | None, policy: str | None, 
     for line in summary.lines():
         click.echo(line)
     raise_for_failures(summary)
+    if then_aggregate:
+        from thicket.aggregate.driver import aggregate as build_datasets
+        from thicket.storage.store import open_store
+
+        result = build_datasets(s.sweep_uri, store=open_store(s.sweep_uri, s.storage.settings()))
+        for line in result.lines():
+            click.echo(line)
 
 
 @cli.command()
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--index", type=int, default=None, help="Job completion index (default: $JOB_COMPLETION_INDEX).")
 @click.option("--output", help="Override the spec's output.")
-def worker(spec: str, index: int | None, output: str | None) -> None:
+@click.option("--wait-for", "wait_for", multiple=True, metavar="URL", help="Wait until URL answers 2xx first (repeatable).")
+@click.option("--wait-ready-timeout", type=float, default=600, show_default=True, help="Seconds to wait for --wait-for URLs (then exit 3).")
+def worker(spec: str, index: int | None, output: str | None, wait_for: tuple[str, ...], wait_ready_timeout: float) -> None:
     """Run one pod's share of SPEC: the task range of one Job completion index."""
     from thicket.runner import raise_for_failures, run_tasks
 
@@ -89,6 +106,10 @@ def worker(spec: str, index: int | None, output: str | None) -> None:
     ranges = s.tasks.index_ranges()
     if not 0 <= index < len(ranges):
         raise BadInput(f"--index: {index} is outside 0-{len(ranges) - 1} for this spec")
+    if wait_for:
+        from thicket.readiness import wait_ready
+
+        wait_ready(wait_for, wait_ready_timeout)
     summary = asyncio.run(run_tasks(s, list(ranges[index]), progress=False))
     for line in summary.lines():
         click.echo(line)
@@ -111,6 +132,49 @@ def export(sweep_uri: str, fmt: str, output: str) -> None:
         click.echo(f"wrote {output}", err=True)
 
 
+@cli.command()
+@click.argument("sweep_uri")
+@click.argument("dest", type=click.Path(file_okay=False))
+@click.option("--progress/--no-progress", default=True, help="Show a progress bar on a terminal.")
+def pull(sweep_uri: str, dest: str, progress: bool) -> None:
+    """Copy a sweep's committed shards (checksums verified) and datasets/ to DEST; resumable."""
+    from thicket.pull import pull_sweep
+
+    click.echo(pull_sweep(sweep_uri, Path(dest), progress=progress).line())
+
+
+@cli.command()
+@click.argument("sweep_uri")
+@click.option("--verifier-url", help="OpenAI-compatible API root that judges revision steps (default: a heuristic).")
+@click.option("--verifier-model", help="Model name served at --verifier-url.")
+@click.option("--sft-min-reward", type=float, help="SFT: a path's return must reach this.")
+@click.option("--dpo-beta", type=float, help="DPO step pairs: minimum sibling value gap.")
+@click.option("--dpo-min-visits", type=int, help="DPO step pairs: visits each sibling needs.")
+@click.option("--max-trajectory-pairs", type=int, help="DPO trajectory pairs per task at most.")
+@click.option("--revision-alpha", type=float, help="Revision: a good path's value must exceed this.")
+@click.option("--revision-beta", type=float, help="Revision: good minus bad value must exceed this.")
+@click.option("--max-revisions", type=int, help="Revision trajectories per task at most.")
+@click.option("--workers", type=click.IntRange(min=0), help="Processes building rows (default: by sweep size and cores; 0: none).")
+def aggregate(
+    sweep_uri: str, verifier_url: str | None, verifier_model: str | None, workers: int | None, **flags: float | int | None
+) -> None:
+    """Build SWEEP_URI's datasets (SFT, DPO, revision, token rows), stats and report under datasets/."""
+    from thicket.aggregate.driver import aggregate as build_datasets
+    from thicket.aggregate.verifier import VerifierConfig
+
+    if (verifier_url is None) != (verifier_model is None):
+        raise BadInput("--verifier-url and --verifier-model go together")
+    overrides = {
+        "sft": {"min_reward": flags["sft_min_reward"]},
+        "dpo": {"beta": flags["dpo_beta"], "min_visits": flags["dpo_min_visits"],
+                "max_trajectory_pairs_per_task": flags["max_trajectory_pairs"]},
+        "revision": {"alpha": flags["revision_alpha"], "beta": flags["revision_beta"], "max_per_task": flags["max_revisions"]},
+    }
+    verifier = VerifierConfig(verifier_url, verifier_model) if verifier_url and verifier_model else None
+    for line in build_datasets(sweep_uri, overrides, verifier, workers=workers).lines():
+        click.echo(line)
+
+
 @cli.command("make-model")
 @click.argument("out_dir", type=click.Path(file_okay=False))
 @click.option("--python", help="Interpreter with torch and transformers (default: THICKET_VLLM_PYTHON or .venv-vllm).")
@@ -122,7 +186,43 @@ def make_model(out_dir: str, python: str | None) -> None:
     click.echo(f"built an untrained tiny model in {out_dir}")
 
 
+from thicket.cluster_commands import COMMANDS as _CLUSTER_COMMANDS  # noqa: E402  (render, submit, status, ...)
+
+for _command in _CLUSTER_COMMANDS:
+    cli.add_command(_command)
+
+
+@cli.command("serve-env")
+@click.argument("envs", nargs=-1, required=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--max-instances", type=click.IntRange(1), default=1024, show_default=True, help="Live env instances at most.")
+@click.option("--idle-timeout", type=click.FloatRange(min=0.01), default=600.0, show_default=True,
+              help="Close instances unused for this many seconds.")
+@click.option("--max-action-chars", type=click.IntRange(1), default=4096, show_default=True)
+@click.option("--max-snapshots", type=click.IntRange(1), default=4096, show_default=True,
+              help="Snapshots kept per instance (least recently used evicted).")
+@click.option("--refuse-after-done", multiple=True, metavar="ENV",
+              help="Answer 409 to /step after the episode is over for ENV (default: as AgentGym does).")
+@click.option("--parent-pid", type=int, hidden=True, help="Shut down when this process is gone.")
+def serve_env(envs: tuple[str, ...], port: int, host: str, max_instances: int, idle_timeout: float,
+              max_action_chars: int, max_snapshots: int, refuse_after_done: tuple[str, ...],
+              parent_pid: int | None) -> None:
+    """Serve ENV... over HTTP: many instances in one process (AgentGym-compatible routes)."""
+    from thicket.envs.server import AGENTGYM_REFUSE_AFTER_DONE, ServerConfig, serve
+
+    refuse = frozenset(refuse_after_done) if refuse_after_done else AGENTGYM_REFUSE_AFTER_DONE
+    serve(ServerConfig(tuple(dict.fromkeys(envs)), host, port, max_instances, idle_timeout,
+                       max_snapshots=max_snapshots, max_action_chars=max_action_chars, refuse_after_done=refuse,
+                       parent_pid=parent_pid))
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # unwinds context managers: child servers are stopped
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:
@@ -137,3 +237,7 @@ def main() -> None:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

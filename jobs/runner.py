@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from thicket.envs.sidecar import open_envs
 from thicket.errors import ThicketError, Unavailable
 from thicket.policies import serve_policy
 from thicket.spec import SweepSpec
@@ -19,6 +20,7 @@ class RunSummary:
     sweep_uri: str
     report: WorkerReport
     cache_hit_rate: float | None  # share of prompt tokens served from vLLM's prefix cache
+    mean_in_flight: float = 0.0  # policy requests in flight, averaged over the run
 
     def lines(self) -> list[str]:
         r = self.report
@@ -43,14 +45,18 @@ class RunSummary:
 
 
 async def run_tasks(spec: SweepSpec, tasks: list[int], progress: bool = True) -> RunSummary:
-    store = open_store(spec.sweep_uri)
-    store.put("spec.yaml", yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False).encode())
-    async with serve_policy(spec.policy) as served:
+    store = open_store(spec.sweep_uri, spec.storage.settings())
+    store.check()  # bucket and credentials, before any model or LLM work
+    store.put("spec.yaml", yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False).encode(), if_absent=True)
+    async with open_envs(spec.tasks) as new_env, serve_policy(spec.policy) as served:
         before = await prefix_cache_counters(served.base_url) if served.base_url else None
-        worker = Worker(spec, served.policy, store, served.model_name, progress=progress and spec.run.progress)
+        worker = Worker(spec, served.policy, store, served.model_name, progress=progress and spec.run.progress,
+                        new_env=new_env)
+        served.policy.meter.reset()
         report = await worker.run(tasks)
+        in_flight = served.policy.meter.mean_in_flight
         after = await prefix_cache_counters(served.base_url) if served.base_url else None
-    return RunSummary(store.uri, report, hit_rate(before, after))
+    return RunSummary(store.uri, report, hit_rate(before, after), in_flight)
 
 
 def hit_rate(before: tuple[float, float] | None, after: tuple[float, float] | None) -> float | None:

@@ -23,11 +23,18 @@ class TreeMeta:
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix (slice compares run in C)."""
     n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def node_context(node: Node) -> list[int] | None:

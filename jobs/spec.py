@@ -10,21 +10,60 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from thicket.aggregate.params import DatasetsSpec
+from thicket.cluster_spec import ClusterSpec
 from thicket.envs import env_names
 from thicket.errors import BadInput
 from thicket.search import AnySearch
+from thicket.storage.store import StorageSettings
 
 DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 LOCAL_SCHEMES = ("", "file")
+S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+AWS_KEY_ID = re.compile(r"^(AKIA|ASIA)[A-Z0-9]{16}$")
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class EnvServerSpec(Strict):
+    """Where the env instances live; `thicket serve-env` in the README has the routes."""
+
+    mode: Literal["sidecar", "in_process", "remote"] = Field(
+        "sidecar", description="sidecar: start `thicket serve-env` as a child; remote: a server at `url`; in_process"
+    )
+    url: str | None = Field(None, description="remote: base URL of a thicket or AgentGym env server")
+    adapter: Literal["thicket", "agentgym"] = Field("thicket", description="remote: which API the server speaks")
+    port: int = Field(0, ge=0, le=65535, description="sidecar: 0 picks a free port")
+    max_instances: int = Field(1024, ge=1, description="sidecar: live env instances at most")
+    idle_timeout_s: float = Field(600, gt=0, description="sidecar: instances unused this long are closed")
+    startup_timeout_s: float = Field(60, gt=0)
+    timeout_s: float = Field(60, gt=0, description="per env request")
+    retry_deadline_s: float = Field(60, gt=0, description="connection errors and 503s are retried this long")
+
+    @field_validator("url")
+    @classmethod
+    def http_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"expected an http(s) URL like http://127.0.0.1:8080, got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def consistent(self) -> EnvServerSpec:
+        if (self.mode == "remote") != (self.url is not None):
+            raise ValueError("`url` goes with mode remote, and mode remote needs `url`")
+        if self.adapter == "agentgym" and self.mode != "remote":
+            raise ValueError("adapter agentgym needs mode remote and the AgentGym server's `url`")
+        return self
+
+
 class TasksSpec(Strict):
+    # Before `env`: whether `env` must be registered in process depends on it.
+    env_server: EnvServerSpec = Field(default_factory=EnvServerSpec, description="where the envs run")
     env: str = Field(description="environment family, e.g. textcraft, frozenlake")
     env_args: dict[str, Any] = Field(default_factory=dict, description="passed to the env's constructor")
     start: int = Field(0, ge=0, description="first task index")
@@ -33,7 +72,10 @@ class TasksSpec(Strict):
 
     @field_validator("env")
     @classmethod
-    def known_env(cls, value: str) -> str:
+    def known_env(cls, value: str, info: ValidationInfo) -> str:
+        server = info.data.get("env_server")
+        if server is not None and server.mode == "remote":
+            return known_remote_env(value, server)
         if value not in env_names():
             raise ValueError(f"unknown env {value!r}; expected one of {', '.join(env_names())}")
         return value
@@ -51,6 +93,15 @@ class TasksSpec(Strict):
     def index_ranges(self) -> list[range]:
         """Task indices of each pod: pod i runs index_ranges()[i]."""
         return [range(a, min(a + self.per_index, self.stop)) for a in range(self.start, self.stop, self.per_index)]
+
+
+def known_remote_env(value: str, server: EnvServerSpec) -> str:
+    """A remote thicket server may serve envs this install lacks; AgentGym needs an adapter."""
+    from thicket.envs.client import AGENTGYM_DIALECTS
+
+    if server.adapter == "agentgym" and value not in AGENTGYM_DIALECTS:
+        raise ValueError(f"no AgentGym adapter for env {value!r}; expected one of {', '.join(AGENTGYM_DIALECTS)}")
+    return value
 
 
 class LaunchSpec(Strict):
@@ -99,9 +150,53 @@ class PolicySpec(Strict):
 
 
 class RunSpec(Strict):
-    trees_in_flight: int | None = Field(None, ge=1, description="trees grown at once per pod (default: from concurrency)")
+    trees_in_flight: int | None = Field(None, ge=1, description="trees grown at once per pod (default: 2 x policy.concurrency)")
     task_timeout_s: float = Field(3600, gt=0, description="a tree still growing then is stored as timed out")
     progress: bool = True
+
+
+class StorageSpec(Strict):
+    """How to reach an s3:// output; unset fields come from the standard AWS environment variables."""
+
+    endpoint_url: str | None = Field(None, description="e.g. http://minio:9000 (default: AWS_ENDPOINT_URL[_S3] or AWS)")
+    region: str | None = Field(None, description="default: AWS_REGION or AWS_DEFAULT_REGION")
+    addressing_style: Literal["auto", "path", "virtual"] = Field("auto", description="auto: path style off AWS")
+    access_key_id_env: str | None = Field(None, description="NAME of the env var holding the access key id")
+    secret_access_key_env: str | None = Field(None, description="NAME of the env var holding the secret key")
+    session_token_env: str | None = Field(None, description="NAME of the env var holding a session token")
+    retry_deadline_s: float = Field(300, gt=0, description="give up on a storage request after retrying this long")
+
+    @field_validator("endpoint_url")
+    @classmethod
+    def http_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+/?$", value):
+            raise ValueError(f"expected an http(s) URL like http://127.0.0.1:9000, got {value!r}")
+        return value
+
+    @field_validator("access_key_id_env", "secret_access_key_env", "session_token_env")
+    @classmethod
+    def env_name(cls, value: str | None) -> str | None:
+        if value is not None and (not ENV_NAME.match(value) or AWS_KEY_ID.match(value)):
+            raise ValueError("expected the NAME of an environment variable holding the secret, never the secret itself")
+        return value
+
+    @model_validator(mode="after")
+    def key_pair(self) -> StorageSpec:
+        if (self.access_key_id_env is None) != (self.secret_access_key_env is None):
+            raise ValueError("set both access_key_id_env and secret_access_key_env, or neither")
+        return self
+
+    def settings(self) -> StorageSettings:
+        return StorageSettings(**self.model_dump())
+
+
+def check_bucket(value: str) -> None:
+    bucket = value.removeprefix("s3://").split("/", 1)[0]
+    if not S3_BUCKET.match(bucket) or ".." in bucket or re.fullmatch(r"[\d.]+", bucket):
+        raise ValueError(
+            f"{bucket!r} is not a valid S3 bucket name: use 3-63 lowercase letters, digits, '.' and '-', "
+            "starting and ending with a letter or digit"
+        )
 
 
 class SweepSpec(Strict):
@@ -109,9 +204,12 @@ class SweepSpec(Strict):
     tasks: TasksSpec
     search: AnySearch
     policy: PolicySpec = Field(default_factory=PolicySpec)
-    output: str = Field(description="where the sweep's folder goes: a local path or file:// URI")
+    output: str = Field(description="where the sweep's folder goes: a local path, file:// or s3://bucket[/prefix]")
+    storage: StorageSpec = Field(default_factory=StorageSpec)
     seed: int = Field(0, ge=0)
     run: RunSpec = Field(default_factory=RunSpec)
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec, description="Kubernetes: see thicket.cluster_spec")
+    datasets: DatasetsSpec = Field(default_factory=DatasetsSpec, description="what `thicket aggregate` builds")
 
     @field_validator("name")
     @classmethod
@@ -127,8 +225,13 @@ class SweepSpec(Strict):
     @classmethod
     def supported_uri(cls, value: str) -> str:
         scheme = value.split("://", 1)[0] if "://" in value else ""
-        if scheme not in LOCAL_SCHEMES:
-            raise ValueError(f"unsupported URI scheme {scheme!r} in {value!r}; expected a local path or file://")
+        if scheme == "s3":
+            check_bucket(value)
+        elif scheme not in LOCAL_SCHEMES:
+            raise ValueError(
+                f"unsupported URI scheme {scheme!r} in {value!r}; "
+                "expected a local path, file:// or s3://bucket[/prefix]"
+            )
         if not value.strip():
             raise ValueError("expected a non-empty path or URI")
         return value

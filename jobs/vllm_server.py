@@ -13,6 +13,7 @@ import asyncio
 import atexit
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -39,6 +40,12 @@ _METRIC = re.compile(
     r'^vllm:(?:gpu_)?prefix_cache_(hits|queries)_total(?:\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?\s+(\S+)',
     re.MULTILINE,
 )
+
+
+def _die_with_parent() -> list[str]:
+    """A prefix that makes the child get SIGTERM when its parent dies (util-linux)."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM"] if setpriv else []
 
 
 def has_gpu() -> bool:
@@ -123,6 +130,13 @@ class VLLMServer:
         """Start the server and block until it serves the model (or raise Unavailable)."""
         if self.running:
             return self
+        self.spawn()
+        self._wait_ready()
+        return self
+
+    def spawn(self) -> None:
+        """Start the child process (call from the thread that owns the server: the child
+        gets SIGTERM when that thread's process dies, even by SIGKILL)."""
         if self.port == 0:
             self.port = free_port(self.host)
         if self.log_path is None:
@@ -133,15 +147,13 @@ class VLLMServer:
         self._log = self.log_path.open("wb")
         try:
             self._proc = subprocess.Popen(
-                self.command(), stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=self._child_env(), start_new_session=True,
+                [*_die_with_parent(), *self.command()], stdout=self._log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, env=self._child_env(), start_new_session=True,
             )
         except OSError as exc:
             self._close_log()
             raise Unavailable(f"cannot start vLLM with {self.python}: {exc}") from None
         atexit.register(self.stop)
-        self._wait_ready()
-        return self
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
@@ -215,7 +227,10 @@ class VLLMServer:
         self.stop()
 
     async def __aenter__(self) -> VLLMServer:
-        return await asyncio.to_thread(self.start)
+        if not self.running:
+            self.spawn()
+            await asyncio.to_thread(self._wait_ready)
+        return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

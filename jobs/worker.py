@@ -9,10 +9,12 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from thicket.envs import make_env
+from thicket.envs.protocol import Env
 from thicket.errors import BadInput, ThicketError, Unavailable
 from thicket.policy.base import Policy
 from thicket.progress import TaskProgress
@@ -21,7 +23,7 @@ from thicket.search.expand import Expander
 from thicket.search.tree import StopReason
 from thicket.shard import TreeMeta, tree_table
 from thicket.spec import SweepSpec
-from thicket.storage.shards import CommitStatus, committed_tasks, write_shard
+from thicket.storage.shards import CommitStatus, committed_task_ids, write_shard
 from thicket.storage.store import Store
 
 log = logging.getLogger("thicket.worker")
@@ -71,14 +73,18 @@ class Worker:
     model_name: str
     progress: bool = True
     writer_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    # Where each tree's env comes from (thicket.envs.sidecar.open_envs); default: in process.
+    new_env: Callable[[], Env] | None = None
 
     @property
     def trees_in_flight(self) -> int:
-        return self.spec.run.trees_in_flight or self.spec.policy.concurrency
+        # Twice the request slots: while one tree steps its env or writes its shard,
+        # another has a request ready, so the server's batch stays full.
+        return self.spec.run.trees_in_flight or 2 * self.spec.policy.concurrency
 
     async def run(self, tasks: list[int]) -> WorkerReport:
         started = time.perf_counter()
-        done_before = committed_tasks(self.store)
+        done_before = committed_task_ids(self.store)
         report = WorkerReport([TaskOutcome(t, TaskStatus.SKIPPED) for t in tasks if t in done_before])
         todo = asyncio.Queue[int]()
         for task in tasks:
@@ -99,7 +105,7 @@ class Worker:
 
     async def grow_task(self, task: int) -> TaskOutcome:
         started = time.perf_counter()
-        env = make_env(self.spec.tasks.env, **self.spec.tasks.env_args)
+        env = self.new_env() if self.new_env else make_env(self.spec.tasks.env, **self.spec.tasks.env_args)
         try:
             x = await Expander.open(
                 env,

@@ -125,6 +125,12 @@ def read_marker(store: Store, task: int) -> CommitMarker | None:
     return CommitMarker.from_json(store.get(key)) if store.exists(key) else None
 
 
+def committed_task_ids(store: Store) -> set[int]:
+    """Committed tasks from the marker keys alone (one listing, no reads): for resume."""
+    prefix = f"{COMMITS}task-"
+    return {int(key[len(prefix) : -len(".json")]) for key in store.list(COMMITS) if key.startswith(prefix) and key.endswith(".json")}
+
+
 def committed_tasks(store: Store) -> dict[int, CommitMarker]:
     markers = (CommitMarker.from_json(store.get(key)) for key in store.list(COMMITS) if key.endswith(".json"))
     return {m.task: m for m in markers}

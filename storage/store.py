@@ -12,12 +12,37 @@ import tempfile
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 from urllib.parse import urlparse
 
+from thicket.errors import BadInput, ThicketError, Unavailable
 
-class StoreError(Exception):
+
+class StoreError(ThicketError):
     """A storage failure with a one-line message for the user."""
+
+
+class StoreConfigError(StoreError, BadInput):
+    """The store cannot work as configured (bucket, credentials, region): rerunning will not help."""
+
+
+class StoreUnavailable(StoreError, Unavailable):
+    """The store did not answer, or kept failing transiently, until the retry deadline."""
+
+
+@dataclass(frozen=True)
+class StorageSettings:
+    """How to reach an object store; anything left None comes from the standard AWS environment."""
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    addressing_style: Literal["auto", "path", "virtual"] = "auto"
+    access_key_id_env: str | None = None  # NAMES of environment variables, never the secrets
+    secret_access_key_env: str | None = None
+    session_token_env: str | None = None
+    retry_deadline_s: float = 300.0
 
 
 class Store(ABC):
@@ -39,6 +64,13 @@ class Store(ABC):
 
     @abstractmethod
     def delete(self, key: str) -> None: ...
+
+    @abstractmethod
+    def size(self, key: str) -> int:
+        """The object's size in bytes (StoreError if it does not exist)."""
+
+    def check(self) -> None:
+        """Fail fast (StoreConfigError / StoreUnavailable) if the store cannot be used."""
 
 
 class LocalStore(Store):
@@ -100,9 +132,19 @@ class LocalStore(Store):
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)
 
+    def size(self, key: str) -> int:
+        try:
+            return self._path(key).stat().st_size
+        except FileNotFoundError:
+            raise StoreError(f"no object {key!r} in {self.uri}") from None
 
-def open_store(uri: str) -> Store:
+
+def open_store(uri: str, settings: StorageSettings | None = None) -> Store:
     parsed = urlparse(uri)
     if parsed.scheme in ("", "file"):
         return LocalStore(parsed.netloc + parsed.path if parsed.scheme == "file" else uri)
-    raise StoreError(f"unsupported storage URI {uri!r}: expected a local path or file://")
+    if parsed.scheme == "s3":
+        from thicket.storage.s3 import S3Store  # boto3 is slow to import: only when needed
+
+        return S3Store(uri, settings or StorageSettings())
+    raise StoreConfigError(f"unsupported storage URI {uri!r}: expected a local path, file:// or s3://bucket/prefix")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 
@@ -56,7 +57,8 @@ def test_good_spec_plans_pod_ranges_and_sweep_uri():
         ("search.bogus", 1, "search.mcts.bogus: unknown field"),
         ("policy.kind", "gpt", "policy.kind: Input should be 'vllm', 'openai' or 'uniform'"),
         ("policy.url", "localhost:8000", "policy.url: expected an http(s) URL"),
-        ("output", "s3://bucket/x", "output: unsupported URI scheme 's3'"),
+        ("output", "gs://bucket/x", "output: unsupported URI scheme 'gs'"),
+        ("output", "s3://Bad_Bucket/x", "output: 'Bad_Bucket' is not a valid S3 bucket name"),
         ("seed", 1.5, "seed: Input should be a valid integer"),
         ("color", "red", "color: unknown field"),
     ],
@@ -67,6 +69,22 @@ def test_bad_specs_name_the_field(path, value, expected):
     message = str(err.value)
     assert message.startswith("s.yaml: ") and expected in message
     assert "\n" not in message
+
+
+def test_s3_output_and_storage_section():
+    spec = parse_spec({**GOOD, "output": "s3://my-bucket/runs", "storage": {"endpoint_url": "http://minio:9000",
+                       "addressing_style": "path", "access_key_id_env": "KEY", "secret_access_key_env": "SECRET"}})
+    assert spec.sweep_uri == "s3://my-bucket/runs/ok-sweep"
+    assert spec.storage.settings().access_key_id_env == "KEY" and spec.storage.settings().addressing_style == "path"
+    for storage, expected in [
+        ({"endpoint_url": "minio:9000"}, "storage.endpoint_url: expected an http(s) URL"),
+        ({"access_key_id_env": "AKIAIOSFODNN7EXAMPLE", "secret_access_key_env": "S"},
+         "storage.access_key_id_env: expected the NAME"),
+        ({"secret_access_key_env": "MY_SECRET"}, "storage: set both access_key_id_env and secret_access_key_env"),
+        ({"bucket": "x"}, "storage.bucket: unknown field"),
+    ]:
+        with pytest.raises(BadInput, match=re.escape(expected)):
+            parse_spec({**GOOD, "storage": storage})
 
 
 def test_policy_endpoint_rules():

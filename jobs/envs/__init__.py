@@ -33,6 +33,8 @@ def make_env(name: str, **env_args: Any) -> Env:
 
 def _load_builtins() -> None:
     from thicket.envs import textcraft, toytext  # noqa: F401  (registers on import)
+    # These import their (heavy) game packages only when an env is made.
+    from thicket.envs import babyai, math_code, sciworld, textarena_games, textworld_games  # noqa: F401
 
 
 __all__ = ["Env", "Observation", "SyncEnv", "Transition", "env_names", "make_env", "register"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
+from thicket.policy.meter import RequestMeter
+
 Messages = list[dict[str, str]]
 
 
@@ -32,6 +34,13 @@ class Policy(ABC):
     """An async policy. Replies are returned in sample order (sample i used seed + i)."""
 
     name: str = "policy"
+
+    @property
+    def meter(self) -> RequestMeter:
+        """Requests in flight over time (for throughput figures)."""
+        if "_meter" not in self.__dict__:
+            self.__dict__["_meter"] = RequestMeter()
+        return self.__dict__["_meter"]
 
     @abstractmethod
     async def propose(

@@ -211,7 +211,8 @@ class OpenAIPolicy(Policy):
         payload = {"model": self.config.model, "messages": messages, **body, **self.config.extra_body}
         async with self._slots:
             started = time.perf_counter()
-            response = await self._send("POST", "/chat/completions", payload)
+            with self.meter.request():
+                response = await self._send("POST", "/chat/completions", payload)
             latency = time.perf_counter() - started
         if response.status_code == 400 and _CONTEXT_ERROR.search(response.text):
             raise _ContextTooLong(_error_message(response))

@@ -28,7 +28,8 @@ class UniformPolicy(Policy):
     async def _wait(self) -> None:
         if self.latency_s > 0:
             async with self._slots:
-                await asyncio.sleep(self.latency_s)
+                with self.meter.request():
+                    await asyncio.sleep(self.latency_s)
 
     @staticmethod
     def _choose(valid_actions: tuple[str, ...] | None, seed: int) -> tuple[str, float]:

@@ -1,0 +1,247 @@
+"""Aggregation throughput and memory: synthetic committed shards -> `thicket aggregate`.
+
+    .venv/bin/python bench/aggregate.py                       # 5M nodes (~10k trees of ~500)
+    .venv/bin/python bench/aggregate.py --nodes 500000 --keep /tmp/shards
+
+Trees are generated with numpy in TREE_SCHEMA (random shapes, sampled ids with consistent
+compressed contexts, some cut by a token, rewards, values, visits, texts) and committed
+with write_shard. The aggregation runs in a child process so its peak RSS is its own.
+Goals: >= 200,000 nodes/s on 2 cores, peak RSS < 1 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from thicket.storage.shards import TREE_SCHEMA, write_shard
+from thicket.storage.store import LocalStore
+
+
+@dataclass(frozen=True)
+class Shape:
+    nodes_per_tree: int = 500
+    max_depth: int = 12
+    prompt_tokens: int = 48
+    reply_tokens: tuple[int, int] = (6, 16)
+    observation_tokens: tuple[int, int] = (6, 16)
+    success_share: float = 0.15  # of done leaves
+
+
+def tree_shape(rng: np.random.Generator, n: int, max_depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """Parents and depths of a random tree in breadth-first order (1-4 children a node)."""
+    parents, depths = [np.array([-1])], [np.array([0])]
+    level, size = np.array([0]), 1
+    while size < n and len(level):
+        depth = depths[-1][0] + 1
+        if depth > max_depth:
+            break
+        kids = rng.choice([0, 1, 2, 3, 4], size=len(level), p=[0.3, 0.15, 0.2, 0.2, 0.15])
+        if depth <= 2:
+            kids = np.maximum(kids, 2)
+        new_parents = np.repeat(level, kids)[: n - size]
+        if len(new_parents) == 0:
+            break
+        parents.append(new_parents)
+        depths.append(np.full(len(new_parents), depth))
+        level = np.arange(size, size + len(new_parents))
+        size += len(new_parents)
+    return np.concatenate(parents), np.concatenate(depths)
+
+
+def lists(values: np.ndarray, lengths: np.ndarray, type_: pa.DataType) -> pa.Array:
+    offsets = np.r_[0, np.cumsum(lengths)].astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=type_.value_type))
+
+
+def synthetic_tree(rng: np.random.Generator, task: int, shape: Shape) -> pa.Table:
+    parent, depth = tree_shape(rng, shape.nodes_per_tree, shape.max_depth)
+    n = len(parent)
+    has_kids = np.bincount(parent[1:], minlength=n) > 0
+    leaf = ~has_kids
+    leaf[0] = False
+    reply_len = rng.integers(*shape.reply_tokens, size=n)
+    reply_len[0] = 0
+    suffix_len = np.where(has_kids, rng.integers(*shape.observation_tokens, size=n), 0)
+    suffix_len[0] = shape.prompt_tokens if has_kids[0] else 0
+    kept = reply_len - (rng.random(n) < 0.3)  # the template re-renders the last token
+    kept[0] = 0
+    ctx_len = np.zeros(n, dtype=np.int64)
+    prefix = np.full(n, -1, dtype=np.int64)
+    prefix[0] = 0
+    ctx_len[0] = suffix_len[0]
+    for d in range(1, int(depth.max()) + 1):
+        at = np.flatnonzero((depth == d) & has_kids)
+        prefix[at] = ctx_len[parent[at]] + kept[at]
+        ctx_len[at] = prefix[at] + suffix_len[at]
+    tokens = rng.integers(0, 150_000, size=int(reply_len.sum()), dtype=np.int32)
+    logprobs = -rng.exponential(1.0, size=len(tokens)).astype(np.float32)
+    suffix = rng.integers(0, 150_000, size=int(suffix_len.sum()), dtype=np.int32)
+
+    stop = np.where(has_kids, "expanded", np.where(rng.random(n) < 0.8, "done", "depth_limit"))
+    done = stop == "done"
+    success = done & (rng.random(n) < shape.success_share)
+    reward = success.astype(np.float32)
+    value = reward.astype(np.float64)
+    visits = leaf.astype(np.int64)
+    for d in range(int(depth.max()), 0, -1):  # mean of children, bottom up
+        at = np.flatnonzero(depth == d)
+        sums, counts = np.zeros(n), np.zeros(n)
+        np.add.at(sums, parent[at], value[at])
+        np.add.at(counts, parent[at], 1)
+        np.add.at(visits, parent[at], visits[at])
+        up = np.flatnonzero(counts)
+        up = up[depth[up] == d - 1]
+        value[up] = sums[up] / counts[up]
+    actions = np.array(["craft stick", "get 2 planks", "inventory", "craft table", "get 1 log"])
+    action = actions[rng.integers(0, len(actions), size=n)]
+    reply = [f"Thought: step {i} looks useful.\nAction: {a}" if i else "" for i, a in enumerate(action.tolist())]
+    observation = [
+        f"Observation: node {i} at depth {d}; you see a crafting table and some logs." for i, d in enumerate(depth.tolist())
+    ]
+    columns = {
+        "sweep": pa.array(["bench"] * n),
+        "env": pa.array(["textcraft"] * n),
+        "algorithm": pa.array(["mcts"] * n),
+        "model": pa.array(["bench-model"] * n),
+        "seed": np.zeros(n, np.int64),
+        "task": np.full(n, task, np.int64),
+        "tree": np.full(n, task, np.int64),
+        "node": np.arange(n, dtype=np.int32),
+        "parent": parent.astype(np.int32),
+        "depth": depth.astype(np.int32),
+        "child_index": np.zeros(n, np.int32),
+        "label": np.full(n, -1, np.int16),
+        "system_prompt": pa.array(["Craft the goal item.\n\nAnswer every turn in exactly this format: ..."] * n),
+        "observation": pa.array(observation),
+        "user_message": pa.array(observation),
+        "num_valid_actions": np.full(n, 5, np.int32),
+        "thought": pa.array([""] * n),
+        "action": pa.array(np.where(np.arange(n) > 0, action, "").tolist()),
+        "reply": pa.array(reply),
+        "token_ids": lists(tokens, reply_len, TREE_SCHEMA.field("token_ids").type),
+        "logprobs": lists(logprobs, reply_len, TREE_SCHEMA.field("logprobs").type),
+        "action_token_start": np.full(n, -1, np.int32),
+        "context_prefix_len": prefix.astype(np.int32),
+        "context_suffix_ids": lists(suffix, suffix_len, TREE_SCHEMA.field("context_suffix_ids").type),
+        "prompt_tokens": ctx_len.astype(np.int32),
+        "cached_tokens": (ctx_len * 0.8).astype(np.int32),
+        "finish_reason": pa.array(["stop"] * n),
+        "constrained": rng.random(n) < 0.1,
+        "temperature": np.ones(n, np.float32),
+        "sample_seed": np.arange(n, dtype=np.int64),
+        "reward": reward,
+        "done": done,
+        "success": success,
+        "terminal": leaf,
+        "stop_reason": pa.array(stop.tolist()),
+        "value": value.astype(np.float32),
+        "visits": visits.astype(np.int32),
+        "llm_ms": np.zeros(n, np.float32),
+        "env_ms": np.zeros(n, np.float32),
+    }
+    return pa.table(columns, schema=TREE_SCHEMA)
+
+
+def generate(folder: str, total_nodes: int, shape: Shape, seed: int = 0) -> tuple[int, int]:
+    store = LocalStore(folder)
+    rng = np.random.default_rng(seed)
+    nodes = trees = 0
+    while nodes < total_nodes:
+        table = synthetic_tree(rng, trees, shape)
+        write_shard(store, trees, table, "bench")
+        nodes += table.num_rows
+        trees += 1
+    return trees, nodes
+
+
+def aggregate_only(folder: str, workers: int | None) -> None:
+    from thicket.aggregate.driver import aggregate
+
+    started = time.perf_counter()
+    result = aggregate(folder, workers=workers)
+    seconds = time.perf_counter() - started
+    print(json.dumps({"seconds": seconds, "rows": result.rows, "nodes": result.stats["nodes"]}))
+
+
+def tree_rss(pid: int) -> int:
+    """Resident bytes of a process and all its descendants (Linux /proc)."""
+    total, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            with open(f"/proc/{p}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    stack += [int(c) for c in f.read().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
+
+
+def run_measured(command: list[str]) -> tuple[str, int, float]:
+    """Run `command`; return its stdout, the peak RSS of its process tree, its CPU seconds."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    peak = 0
+    while child.poll() is None:
+        peak = max(peak, tree_rss(child.pid))
+        time.sleep(0.05)
+    out = child.stdout.read() if child.stdout else ""
+    if child.returncode:
+        raise SystemExit(f"aggregation failed with exit code {child.returncode}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return out, peak, cpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=5_000_000, help="total nodes to generate")
+    parser.add_argument("--nodes-per-tree", type=int, default=500)
+    parser.add_argument("--keep", help="generate into (or reuse) this folder instead of a temp dir")
+    parser.add_argument("--workers", type=int, default=-1, help="aggregation processes (-1: automatic, 0: inline)")
+    parser.add_argument("--aggregate-only", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.aggregate_only:
+        return aggregate_only(args.aggregate_only, None if args.workers < 0 else args.workers)
+
+    folder = args.keep or tempfile.mkdtemp(prefix="thicket-bench-")
+    try:
+        if os.path.isdir(os.path.join(folder, "trees")):
+            print(f"reusing shards in {folder}")
+        else:
+            started = time.perf_counter()
+            trees, nodes = generate(folder, args.nodes, Shape(nodes_per_tree=args.nodes_per_tree))
+            print(f"generated {trees} trees, {nodes:,} nodes in {time.perf_counter() - started:.1f} s -> {folder}")
+        command = [sys.executable, __file__, "--aggregate-only", folder, "--workers", str(args.workers)]
+        out, peak, cpu = run_measured(command)
+        report = json.loads(out.strip().splitlines()[-1])
+        rate = report["nodes"] / report["seconds"]
+        print(f"aggregated {report['nodes']:,} nodes in {report['seconds']:.1f} s: {rate:,.0f} nodes/s "
+              f"(goal >= 200,000 on 2 cores); peak RSS {peak / 2**20:,.0f} MB, all processes (goal < 1,024 MB); "
+              f"{cpu:.1f} CPU s ({report['nodes'] / cpu:,.0f} nodes per CPU s); load average {os.getloadavg()[0]:.1f} "
+              f"on {os.cpu_count()} cores")
+        print("rows: " + ", ".join(f"{k} {v:,}" for k, v in sorted(report["rows"].items())))
+        out = os.path.join(folder, "datasets")
+        size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs)
+        print(f"datasets: {size / 1e6:,.0f} MB under {out}")
+    finally:
+        if not args.keep:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

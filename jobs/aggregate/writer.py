@@ -1,0 +1,119 @@
+"""Datasets as Parquet parts of bounded size, put through the Store interface.
+
+Tables are buffered; a part is cut once the buffer holds `max_rows` rows or `max_bytes`
+of Arrow data, so memory stays bounded whatever the sweep's size and each part stays a
+comfortable size for HF datasets. Part boundaries depend only on the rows, so a rerun
+writes the same bytes. Encoding and the put run on one background thread (Parquet
+encoding releases the GIL), at most one part behind the caller.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from thicket.storage.store import Store
+
+DATASETS = "datasets/"
+MAX_ROWS = 50_000
+MAX_BYTES = 64 << 20  # of Arrow data in memory per dataset; parts compress to well under this
+COMPACT_AFTER = 256  # buffered tables (one per tree) merged into one past this many
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    path: str  # relative to datasets/
+    sha256: str
+    bytes: int
+    rows: int | None = None
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {"path": self.path, "sha256": self.sha256, "bytes": self.bytes}
+        if self.rows is not None:
+            out["rows"] = self.rows
+        return out
+
+
+def put_file(store: Store, path: str, data: bytes, rows: int | None = None) -> WrittenFile:
+    store.put(DATASETS + path, data)
+    return WrittenFile(path, hashlib.sha256(data).hexdigest(), len(data), rows)
+
+
+def parquet_bytes(table: pa.Table, dictionary: bool | list[str]) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(
+        table, sink, compression="zstd", use_dictionary=dictionary, write_statistics=False, row_group_size=MAX_ROWS
+    )
+    return sink.getvalue()
+
+
+@dataclass
+class DatasetWriter:
+    store: Store
+    name: str
+    schema: pa.Schema
+    dictionary: bool | list[str] = True  # Parquet dictionary encoding: all columns, or these
+    max_rows: int = MAX_ROWS
+    max_bytes: int = MAX_BYTES
+    pool: ThreadPoolExecutor | None = None  # where parts are encoded and put (None: inline)
+    rows: int = 0
+    parts: int = 0
+    _written: list[Future[WrittenFile]] = field(default_factory=list)
+    _tables: list[pa.Table] = field(default_factory=list)
+    _buffered_rows: int = 0
+    _buffered_bytes: int = 0
+
+    def add(self, table: pa.Table | None) -> None:
+        if table is None or table.num_rows == 0:
+            return
+        assert table.schema == self.schema, f"{self.name}: rows do not match the dataset's schema"
+        self._tables.append(table)
+        self._buffered_rows += table.num_rows
+        self._buffered_bytes += table.nbytes
+        if len(self._tables) >= COMPACT_AFTER:  # many small tables cost far more memory than their rows
+            self._tables = [pa.concat_tables(self._tables).combine_chunks()]
+        self._drain(final=False)
+
+    def close(self) -> list[WrittenFile]:
+        self._drain(final=True)
+        return [f.result() for f in self._written]
+
+    def _drain(self, final: bool) -> None:
+        while self._buffered_rows and (
+            final or self._buffered_rows >= self.max_rows or self._buffered_bytes >= self.max_bytes
+        ):
+            buffered = pa.concat_tables(self._tables)
+            take = self._part_rows(buffered)
+            self._write(buffered.slice(0, take))
+            rest = buffered.slice(take)
+            self._tables = [rest] if rest.num_rows else []
+            self._buffered_rows = rest.num_rows
+            self._buffered_bytes = rest.nbytes if rest.num_rows else 0
+
+    def _part_rows(self, buffered: pa.Table) -> int:
+        """Rows of the next part: max_rows at most, fewer if they hold more than max_bytes."""
+        take = min(self.max_rows, buffered.num_rows)
+        if buffered.nbytes <= self.max_bytes:
+            return take
+        return max(1, min(take, int(self.max_bytes * buffered.num_rows / buffered.nbytes)))
+
+    def _write(self, table: pa.Table) -> None:
+        path = f"{self.name}/part-{self.parts:05d}.parquet"
+        self.parts += 1
+        self.rows += table.num_rows
+        if self.pool is None:
+            done: Future[WrittenFile] = Future()
+            done.set_result(self._encode_and_put(path, table))
+            self._written.append(done)
+            return
+        if self._written and not self._written[-1].done():
+            self._written[-1].result()  # at most one part of this dataset in flight
+        self._written.append(self.pool.submit(self._encode_and_put, path, table))
+
+    def _encode_and_put(self, path: str, table: pa.Table) -> WrittenFile:
+        return put_file(self.store, path, parquet_bytes(table.combine_chunks(), self.dictionary), table.num_rows)

@@ -1,0 +1,158 @@
+"""Cluster commands of the `thicket` CLI: render, submit, status, logs, cancel, wait-job.
+
+Registered on the main group in thicket.cli; the kubernetes client is imported only when a
+command talks to a cluster.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from thicket.errors import BadInput
+from thicket.spec import load_spec
+
+context_option = click.option("--context", help="kubeconfig context (default: the current one).")
+namespace_option = click.option("-n", "--namespace", help="Namespace (default: the spec's, else the context's, else thicket).")
+
+
+def _sweep_and_namespace(sweep: str, namespace: str | None) -> tuple[str, str | None]:
+    """SWEEP is a sweep name, or a spec file (its name and cluster.namespace)."""
+    path = Path(sweep)
+    if sweep.endswith((".yaml", ".yml")) or path.is_file():
+        spec = load_spec(path)
+        return spec.name, namespace or spec.cluster.namespace
+    return sweep, namespace
+
+
+@click.command()
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", default="-", show_default=True, help="Folder for one file per object, or '-' for stdout.")
+def render(spec: str, output: str) -> None:
+    """Print SPEC's Kubernetes objects: ConfigMap, RBAC, rollout and aggregation Jobs."""
+    from thicket.manifests import render as render_objects
+    from thicket.manifests import to_yaml, write_dir
+
+    s = load_spec(spec)
+    objects = render_objects(s)
+    if output == "-":
+        click.echo(to_yaml(objects), nl=False)
+    else:
+        for path in write_dir(objects, output):
+            click.echo(f"wrote {path}", err=True)
+    if "://" not in s.output or s.output.startswith("file://"):
+        click.echo(f"note: output {s.output!r} is local to each pod; use s3://... for a cluster sweep", err=True)
+
+
+@click.command()
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option("--replace", is_flag=True, help="Delete and recreate a Job whose pod template changed (committed tasks are kept).")
+@context_option
+def submit(spec: str, replace: bool, context: str | None) -> None:
+    """Create or update SPEC's objects on the cluster (idempotent); checks Secret and PVC first."""
+    from thicket.cluster import connect, submit as submit_objects
+    from thicket.manifests import render as render_objects
+
+    s = load_spec(spec)
+    objects = render_objects(s)
+    kube = connect(context)
+    submit_objects(kube, s, objects, replace=replace, echo=click.echo)
+    click.echo(f"sweep {s.name} submitted to namespace {s.cluster.namespace}: `thicket status {s.name} -n {s.cluster.namespace}`")
+
+
+@click.command()
+@click.argument("sweep")
+@namespace_option
+@context_option
+@click.option("--watch", "-w", is_flag=True, help="Refresh until the rollout Job finishes.")
+@click.option("--interval", type=float, default=10, show_default=True, help="Seconds between refreshes with --watch.")
+@click.option("--no-storage", is_flag=True, help="Do not read committed tasks from the sweep's storage.")
+def status(sweep: str, namespace: str | None, context: str | None, watch: bool, interval: float, no_storage: bool) -> None:
+    """SWEEP's per-index state (from the Job) and committed tasks (from storage), with an ETA.
+
+    SWEEP is a sweep name or its spec file."""
+    from rich.console import Console
+
+    from thicket.cluster import connect, default_namespace, render_status, sweep_status
+
+    name, namespace = _sweep_and_namespace(sweep, namespace)
+    kube = connect(context)
+    ns = default_namespace(kube, namespace)
+    console = Console(highlight=False)
+    result = sweep_status(kube, ns, name, storage=not no_storage)
+    if not watch:
+        console.print(render_status(result))
+        return
+    from rich.live import Live
+
+    with Live(render_status(result), console=console, refresh_per_second=1) as live:
+        while result.ended is None and result.state.split(" ")[0] not in ("Complete", "Failed"):
+            time.sleep(interval)
+            result = sweep_status(kube, ns, name, storage=not no_storage)
+            live.update(render_status(result))
+
+
+@click.command()
+@click.argument("sweep")
+@click.option("--index", type=int, required=True, help="Job completion index.")
+@click.option("-c", "--container", default="worker", show_default=True, help="Container: worker, vllm, env-FAMILY.")
+@click.option("-f", "--follow", is_flag=True, help="Stream new lines.")
+@click.option("--tail", type=int, default=None, help="Only the last N lines.")
+@namespace_option
+@context_option
+def logs(sweep: str, index: int, container: str, follow: bool, tail: int | None, namespace: str | None, context: str | None) -> None:
+    """Logs of the latest pod of one index of SWEEP (a sweep name or its spec file)."""
+    from thicket.cluster import connect, default_namespace, index_pod, stdout_write
+
+    name, namespace = _sweep_and_namespace(sweep, namespace)
+    kube = connect(context)
+    ns = default_namespace(kube, namespace)
+    pod = index_pod(kube, ns, name, index)
+    containers = [c["name"] for c in (pod.get("spec") or {}).get("initContainers", []) + (pod.get("spec") or {}).get("containers", [])]
+    if containers and container not in containers:
+        raise BadInput(f"--container: {container!r} is not in pod {pod['metadata']['name']} ({', '.join(containers)})")
+    click.echo(f"# pod {pod['metadata']['name']} container {container}", err=True)
+    for chunk in kube.logs(ns, pod["metadata"]["name"], container, follow, tail):
+        stdout_write(chunk)
+
+
+@click.command()
+@click.argument("sweep")
+@namespace_option
+@context_option
+def cancel(sweep: str, namespace: str | None, context: str | None) -> None:
+    """Stop SWEEP: delete its Jobs (and their pods), ConfigMap and RBAC. Committed shards stay."""
+    from thicket.cluster import cancel as cancel_sweep
+    from thicket.cluster import connect, default_namespace
+
+    name, namespace = _sweep_and_namespace(sweep, namespace)
+    kube = connect(context)
+    cancel_sweep(kube, default_namespace(kube, namespace), name, echo=click.echo)
+
+
+@click.command("wait-job")
+@click.argument("job")
+@namespace_option
+@context_option
+@click.option("--timeout", type=float, default=0, help="Give up (exit 3) after this many seconds; 0: never.")
+@click.option("--interval", type=float, default=10, show_default=True, help="Seconds between polls.")
+@click.option("--require-success", is_flag=True, help="Exit 1 when the Job failed (default: go on; aggregate what was committed).")
+def wait_job(job: str, namespace: str | None, context: str | None, timeout: float, interval: float, require_success: bool) -> None:
+    """Wait until Job JOB is Complete or Failed (the aggregation Job's init container)."""
+    from thicket.cluster import connect, default_namespace
+    from thicket.cluster import wait_job as wait
+
+    kube = connect(context)
+    state = wait(kube, default_namespace(kube, namespace), job, timeout, interval, echo=click.echo)
+    if state == "Failed":
+        if require_success:
+            click.echo(f"job/{job} failed", err=True)
+            sys.exit(1)
+        click.echo(f"job/{job} failed: going on with the tasks it committed", err=True)
+
+
+COMMANDS: list[click.Command] = [render, submit, status, logs, cancel, wait_job]
+__all__ = ["COMMANDS"]

@@ -1,0 +1,364 @@
+"""The spec's `cluster` section: how a sweep runs as Kubernetes Indexed Jobs.
+
+Every name that becomes a Kubernetes object name or label is checked here, so a bad
+value fails `thicket validate` with one line naming the field, not the API server later.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from thicket import __version__
+
+REGISTRY = "ghcr.io/thicket"
+VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"  # pinned: the GPU build the worker is tested against
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][+-]?\d+)?$")
+IMAGE_REF = re.compile(
+    r"^(?:[a-zA-Z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
+    r"(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@(?P<digest>sha256:[a-f0-9]{64}))?$"
+)
+# Flags thicket sets on the vLLM command line itself (they must agree with the pod's wiring).
+MANAGED_VLLM_FLAGS = ("--model", "--served-model-name", "--host", "--port")
+_SUFFIXES = {
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+    "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+}
+
+
+def dns_label(value: str, what: str = "name") -> str:
+    if len(value) > 63 or not DNS_LABEL.match(value):
+        raise ValueError(
+            f"{value!r} is not a valid {what} (DNS-1123 label): use at most 63 lowercase letters, digits "
+            "and '-', starting and ending with a letter or digit"
+        )
+    return value
+
+
+def dns_subdomain(value: str, what: str = "name") -> str:
+    if len(value) > 253 or not DNS_SUBDOMAIN.match(value):
+        raise ValueError(
+            f"{value!r} is not a valid {what} (DNS-1123 subdomain): use lowercase letters, digits, '-' "
+            "and '.', starting and ending with a letter or digit"
+        )
+    return value
+
+
+def qualified_name(key: str) -> bool:
+    """A label or annotation key: [prefix/]name, name <= 63 chars, prefix a DNS subdomain."""
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not DNS_SUBDOMAIN.match(prefix)):
+        return False
+    return 0 < len(name) <= 63 and bool(QUALIFIED_NAME.match(name))
+
+
+def label_value(value: str) -> bool:
+    return len(value) <= 63 and bool(LABEL_VALUE.match(value))
+
+
+def parse_quantity(value: str | int | float) -> Decimal:
+    """A Kubernetes resource quantity ('500m', '16Gi', '2') as a number."""
+    text = str(value)
+    match = QUANTITY.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a Kubernetes quantity (e.g. 500m, 2, 16Gi)")
+    suffix = match.group(3) or ""
+    number = text[: len(text) - len(suffix)] if suffix in _SUFFIXES else text
+    try:
+        base = Decimal(number)
+    except InvalidOperation:
+        raise ValueError(f"{text!r} is not a Kubernetes quantity (e.g. 500m, 2, 16Gi)") from None
+    return base * Decimal(_SUFFIXES[suffix]) if suffix in _SUFFIXES else base
+
+
+def image_reference(value: str, what: str) -> str:
+    match = IMAGE_REF.match(value)
+    if not match:
+        raise ValueError(f"{value!r} is not an image reference like registry/name:tag")
+    if not match.group("digest") and match.group("tag") in (None, "latest"):
+        raise ValueError(f"{value!r}: pin the {what} image by tag or digest (not untagged or :latest)")
+    return value
+
+
+class ClusterModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Images(ClusterModel):
+    worker: str = Field(f"{REGISTRY}/thicket:{__version__}", description="thicket worker (and aggregation) image")
+    env: str = Field(f"{REGISTRY}/thicket-env:{__version__}", description="env sidecar image")
+    env_java: str = Field(f"{REGISTRY}/thicket-env-java:{__version__}", description="env sidecar with Java 17 (ScienceWorld)")
+    vllm: str = Field(VLLM_IMAGE, description="vLLM OpenAI server, pinned by tag or digest")
+    pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+
+    @field_validator("worker", "env", "env_java", "vllm")
+    @classmethod
+    def pinned(cls, value: str, info) -> str:  # noqa: ANN001
+        return image_reference(value, info.field_name)
+
+
+class Resources(ClusterModel):
+    requests: dict[str, str] = Field(default_factory=dict)
+    limits: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("requests", "limits", mode="before")
+    @classmethod
+    def quantities(cls, value: object) -> object:
+        if not isinstance(value, dict):
+            return value
+        out = {}
+        for name, amount in value.items():
+            if isinstance(amount, bool) or not isinstance(amount, (str, int, float)):
+                raise ValueError(f"{name}: expected a quantity like 500m, 2 or 16Gi, got {amount!r}")
+            if "gpu" in str(name):
+                raise ValueError(f"{name}: set GPUs with cluster.gpus, not in resources")
+            if not qualified_name(str(name)):
+                raise ValueError(f"{name!r} is not a resource name")
+            parse_quantity(amount)
+            out[str(name)] = str(amount)
+        return out
+
+    @model_validator(mode="after")
+    def requests_within_limits(self) -> Resources:
+        for name, amount in self.requests.items():
+            if name in self.limits and parse_quantity(amount) > parse_quantity(self.limits[name]):
+                raise ValueError(f"requests.{name} ({amount}) is above limits.{name} ({self.limits[name]})")
+        return self
+
+
+def _res(cpu: str, memory: str, memory_limit: str | None = None) -> Resources:
+    return Resources(requests={"cpu": cpu, "memory": memory}, limits={"memory": memory_limit or memory})
+
+
+class ContainerResources(ClusterModel):
+    vllm: Resources = Field(default_factory=lambda: _res("4", "32Gi"))
+    worker: Resources = Field(default_factory=lambda: _res("1", "2Gi", "4Gi"))
+    env: Resources = Field(default_factory=lambda: _res("500m", "1Gi", "2Gi"))
+    aggregate: Resources = Field(default_factory=lambda: _res("2", "8Gi"))
+
+
+class Toleration(ClusterModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = Field(None, alias="tolerationSeconds")
+
+    @model_validator(mode="after")
+    def consistent(self) -> Toleration:
+        if self.key is not None and not qualified_name(self.key):
+            raise ValueError(f"key {self.key!r} is not a valid label key")
+        if self.operator == "Exists" and self.value:
+            raise ValueError("operator Exists takes no value")
+        if not self.key and self.operator != "Exists":
+            raise ValueError("a toleration without a key needs operator Exists")
+        if self.value and not label_value(self.value):
+            raise ValueError(f"value {self.value!r} is not a valid label value")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError("tolerationSeconds needs effect NoExecute")
+        return self
+
+    def manifest(self) -> dict:
+        out: dict = {}
+        if self.key:
+            out["key"] = self.key
+        out["operator"] = self.operator
+        if self.value:
+            out["value"] = self.value
+        if self.effect:
+            out["effect"] = self.effect
+        if self.toleration_seconds is not None:
+            out["tolerationSeconds"] = self.toleration_seconds
+        return out
+
+
+class Probes(ClusterModel):
+    vllm_startup_s: int = Field(1800, ge=10, description="how long vLLM may take to load its model")
+    env_startup_s: int = Field(300, ge=2, description="how long an env sidecar may take to start")
+    period_s: int = Field(10, ge=1, le=300, description="readiness probe period")
+    timeout_s: int = Field(5, ge=1, le=120, description="per probe request")
+    readiness_failures: int = Field(3, ge=1, le=100, description="failed probes before a container is unready")
+
+
+class EnvSidecar(ClusterModel):
+    family: str = Field(description="env family the sidecar serves (`thicket serve-env FAMILY`)")
+    port: int = Field(8100, ge=1024, le=65535)
+    image: str | None = Field(None, description="default: images.env (images.env_java for ScienceWorld)")
+    args: list[str] = Field(default_factory=list, description="extra `thicket serve-env` arguments")
+    resources: Resources | None = Field(None, description="default: resources.env")
+
+    @field_validator("family")
+    @classmethod
+    def known_family(cls, value: str) -> str:
+        from thicket.envs import env_names
+
+        if value not in env_names():
+            raise ValueError(f"unknown env {value!r}; expected one of {', '.join(env_names())}")
+        return value
+
+    @field_validator("image")
+    @classmethod
+    def pinned(cls, value: str | None) -> str | None:
+        return value if value is None else image_reference(value, "env sidecar")
+
+
+class AggregateSpec(ClusterModel):
+    enabled: bool = Field(True, description="render the aggregation Job")
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=list)
+    queue: str | None = Field(None, description="Kueue LocalQueue for the aggregation Job")
+    backoff_limit: int = Field(2, ge=0, le=100)
+
+    @field_validator("node_selector")
+    @classmethod
+    def selector(cls, value: dict[str, str]) -> dict[str, str]:
+        return _node_selector(value)
+
+    @field_validator("queue")
+    @classmethod
+    def queue_name(cls, value: str | None) -> str | None:
+        return _queue(value)
+
+
+def _node_selector(value: dict[str, str]) -> dict[str, str]:
+    for key, item in value.items():
+        if not qualified_name(key):
+            raise ValueError(f"{key!r} is not a valid label key")
+        if not label_value(item):
+            raise ValueError(f"{key}: {item!r} is not a valid label value")
+    return value
+
+
+def _queue(value: str | None) -> str | None:
+    if value is not None and not (label_value(value) and DNS_SUBDOMAIN.match(value)):
+        raise ValueError(f"{value!r} is not a valid Kueue queue name (a DNS-1123 name of at most 63 characters)")
+    return value
+
+
+JAVA_FAMILIES = frozenset({"scienceworld", "sciworld"})
+
+
+class ClusterSpec(ClusterModel):
+    namespace: str = Field("thicket", description="namespace of every object of the sweep")
+    images: Images = Field(default_factory=Images)
+    image_pull_secrets: list[str] = Field(default_factory=list)
+    parallelism: int = Field(4, ge=1, le=100_000, description="pods running at once")
+    gpus: int = Field(1, ge=0, le=64, description="nvidia.com/gpu per pod (vLLM container)")
+    model: str | None = Field(None, description="what vLLM loads (HF id or a path in the model cache); default policy.model")
+    vllm_args: list[str] = Field(default_factory=list, description="extra vLLM server flags; prefix caching is always on")
+    vllm_port: int = Field(8000, ge=1024, le=65535)
+    shm_size: str = Field("16Gi", description="size of the /dev/shm emptyDir (medium Memory)")
+    model_cache_pvc: str | None = Field("thicket-models", description="PVC holding HF_HOME; null: an emptyDir")
+    model_cache_path: str = Field("/models", description="where the model cache PVC is mounted")
+    hf_home: str = Field("/models/huggingface", description="HF_HOME inside the vLLM container")
+    hf_token_secret: str | None = Field(None, description="Secret with key HF_TOKEN (gated models)")
+    s3_secret: str | None = Field("thicket-s3", description="Secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (+ optional AWS_ENDPOINT_URL, AWS_DEFAULT_REGION)")
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=list)
+    priority_class_name: str | None = None
+    queue: str | None = Field(None, description="Kueue LocalQueue (label kueue.x-k8s.io/queue-name)")
+    resources: ContainerResources = Field(default_factory=ContainerResources)
+    backoff_limit_per_index: int = Field(3, ge=0, le=1000, description="retries of one index before it fails")
+    max_failed_indexes: int | None = Field(None, ge=0, description="the Job fails once more indexes than this fail")
+    ttl_seconds_after_finished: int | None = Field(7 * 86400, ge=0, description="finished Jobs are deleted after this")
+    probes: Probes = Field(default_factory=Probes)
+    wait_ready_timeout_s: int = Field(600, ge=1, description="worker's deadline for vLLM and the env sidecars")
+    envs: list[EnvSidecar] | None = Field(
+        None, description="env sidecars; null: one for tasks.env on port 8100 (none when tasks.env_server "
+        "is in_process or remote); []: none"
+    )
+    run_as_user: int = Field(1000, ge=1, description="non-root uid of every container")
+    aggregate: AggregateSpec = Field(default_factory=AggregateSpec)
+
+    @field_validator("namespace")
+    @classmethod
+    def namespace_label(cls, value: str) -> str:
+        return dns_label(value, "namespace")
+
+    @field_validator("model_cache_pvc", "hf_token_secret", "s3_secret", "priority_class_name")
+    @classmethod
+    def object_name(cls, value: str | None) -> str | None:
+        return value if value is None else dns_subdomain(value)
+
+    @field_validator("image_pull_secrets")
+    @classmethod
+    def secret_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            dns_subdomain(name, "Secret name")
+        if len(set(value)) != len(value):
+            raise ValueError("names must be unique")
+        return value
+
+    @field_validator("node_selector")
+    @classmethod
+    def selector(cls, value: dict[str, str]) -> dict[str, str]:
+        return _node_selector(value)
+
+    @field_validator("queue")
+    @classmethod
+    def queue_name(cls, value: str | None) -> str | None:
+        return _queue(value)
+
+    @field_validator("shm_size")
+    @classmethod
+    def shm_quantity(cls, value: str) -> str:
+        parse_quantity(value)
+        return value
+
+    @field_validator("model_cache_path", "hf_home")
+    @classmethod
+    def absolute(cls, value: str) -> str:
+        if not value.startswith("/") or ".." in value.split("/"):
+            raise ValueError(f"expected an absolute path, got {value!r}")
+        return value.rstrip("/") or "/"
+
+    @field_validator("vllm_args")
+    @classmethod
+    def prefix_caching_on(cls, value: list[str]) -> list[str]:
+        for arg in value:
+            flag = arg.split("=", 1)[0]
+            if flag == "--no-enable-prefix-caching":
+                raise ValueError("prefix caching is always on: remove --no-enable-prefix-caching")
+            if flag in MANAGED_VLLM_FLAGS:
+                raise ValueError(f"{flag} is set by thicket (use cluster.model / cluster.vllm_port)")
+        return value
+
+    @model_validator(mode="after")
+    def ports_distinct(self) -> ClusterSpec:
+        if self.envs:
+            ports = [self.vllm_port] + [e.port for e in self.envs]
+            if len(set(ports)) != len(ports):
+                raise ValueError(f"ports must differ: vllm_port {self.vllm_port}, env ports {[e.port for e in self.envs]}")
+            families = [e.family for e in self.envs]
+            if len(set(families)) != len(families):
+                raise ValueError(f"one sidecar per env family, got {families}")
+        return self
+
+    def sidecars(self, tasks: Any) -> list[EnvSidecar]:
+        """The env sidecars of a pod. By default one for tasks.env, unless the spec's
+        tasks.env_server runs envs in process or at a remote server."""
+        if self.envs is not None:
+            return list(self.envs)
+        server = getattr(tasks, "env_server", None)
+        mode = getattr(server, "mode", "sidecar")
+        if mode != "sidecar":
+            return []
+        args = []
+        if server is not None:
+            args = ["--max-instances", str(server.max_instances), "--idle-timeout", f"{server.idle_timeout_s:g}"]
+        return [EnvSidecar(family=tasks.env, args=args)]
+
+    def sidecar_image(self, sidecar: EnvSidecar) -> str:
+        if sidecar.image:
+            return sidecar.image
+        return self.images.env_java if sidecar.family in JAVA_FAMILIES else self.images.env

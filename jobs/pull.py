@@ -1,0 +1,149 @@
+"""`thicket pull`: copy a sweep's committed objects to a local folder, verified and resumable.
+
+Copied: spec.yaml, every commit marker with the shard it points to, and everything under
+datasets/. Each shard's SHA-256 is checked against its marker before it is written, and a marker
+is written only after its shard, so the folder is always a valid local sweep. Files already there
+with the right checksum (shards) or size (the rest) are skipped; every write goes to a temporary
+name and is renamed into place, so an interrupted pull just resumes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+from thicket.errors import BadInput
+from thicket.storage.shards import COMMITS, CommitMarker
+from thicket.storage.store import LocalStore, Store, StoreError, open_store
+
+DATASETS = "datasets/"
+SPEC = "spec.yaml"
+PARALLEL = 8
+
+
+@dataclass(frozen=True)
+class Item:
+    """One object to copy; `sha256` is known for shards, `size` for everything."""
+
+    key: str
+    size: int
+    sha256: str | None = None
+    then: tuple[str, bytes] | None = None  # a commit marker to write once this shard is in place
+
+
+@dataclass
+class PullReport:
+    dest: Path
+    copied: int = 0
+    skipped: int = 0
+    bytes: int = 0
+    shards: int = 0  # verified, whether copied or already present
+    corrupt: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        return (
+            f"pulled {self.copied} objects ({self.bytes / 1e6:.1f} MB), {self.skipped} already present; "
+            f"{self.shards} committed shards verified -> {self.dest}"
+        )
+
+
+def pull_sweep(uri: str, dest: Path, progress: bool = True) -> PullReport:
+    src = open_store(uri)
+    src.check()
+    dst = LocalStore(dest)
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        items = plan(src, pool)
+        if not items:
+            raise BadInput(f"{uri}: no committed trees or datasets there")
+        report = PullReport(dst.root)
+        with bar(sum(i.size for i in items), len(items), progress) as advance:
+            for outcome in pool.map(lambda item: copy_item(src, dst, item), items):
+                tally(report, *outcome)
+                advance(outcome[0].size)
+    if report.corrupt:
+        raise StoreError(
+            f"{len(report.corrupt)} shard(s) failed verification and were not written "
+            f"(first: {report.corrupt[0]}); the rest was pulled"
+        )
+    return report
+
+
+def plan(src: Store, pool: ThreadPoolExecutor) -> list[Item]:
+    """Shards (each carrying its marker), datasets/ and spec.yaml, with their expected sizes."""
+    marker_keys = [k for k in src.list(COMMITS) if k.endswith(".json")]
+    markers = pool.map(lambda k: (k, src.get(k)), marker_keys)
+    shards = [shard_item(key, raw) for key, raw in markers]
+    extra = list(src.list(DATASETS)) + ([SPEC] if src.exists(SPEC) else [])
+    sized = pool.map(lambda k: Item(k, src.size(k)), extra)
+    return shards + list(sized)
+
+
+def shard_item(marker_key: str, raw: bytes) -> Item:
+    marker = CommitMarker.from_json(raw)
+    return Item(marker.data_key, marker.bytes, marker.sha256, then=(marker_key, raw))
+
+
+def copy_item(src: Store, dst: LocalStore, item: Item) -> tuple[Item, bool, str | None]:
+    """(item, copied?, corruption message or None)."""
+    copied = False
+    if not present(dst, item):
+        data = src.get(item.key)
+        digest = hashlib.sha256(data).hexdigest()
+        if item.sha256 is not None and digest != item.sha256:
+            return item, False, f"{item.key}: sha256 {digest[:12]} != committed {item.sha256[:12]}"
+        dst.put(item.key, data)
+        copied = True
+    if item.then is not None:
+        marker_key, raw = item.then
+        if not (dst.exists(marker_key) and dst.get(marker_key) == raw):
+            dst.put(marker_key, raw)
+    return item, copied, None
+
+
+def present(dst: LocalStore, item: Item) -> bool:
+    if not dst.exists(item.key) or dst.size(item.key) != item.size:
+        return False
+    return item.sha256 is None or hashlib.sha256(dst.get(item.key)).hexdigest() == item.sha256
+
+
+def tally(report: PullReport, item: Item, copied: bool, corrupt: str | None) -> None:
+    if corrupt is not None:
+        report.corrupt.append(corrupt)
+        return
+    report.shards += item.sha256 is not None
+    if copied:
+        report.copied += 1
+        report.bytes += item.size
+    else:
+        report.skipped += 1
+
+
+@contextmanager
+def bar(total_bytes: int, files: int, enabled: bool) -> Iterator[Callable[[int], None]]:
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("[bold]pull"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TextColumn("{task.fields[done]}/{task.fields[files]} files"),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not (enabled and console.is_terminal),
+    ) as progress:
+        task = progress.add_task("pull", total=total_bytes, done=0, files=files)
+        done = 0
+
+        def advance(size: int) -> None:
+            nonlocal done
+            done += 1
+            progress.update(task, advance=size, done=done)
+
+        yield advance
