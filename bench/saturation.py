@@ -44,6 +44,7 @@ class Shape:
 @dataclass
 class Recorder:
     shapes: list[Shape] = field(default_factory=list)
+    requests: int = 0
     commit_s: float = 0.0
 
 
@@ -55,8 +56,10 @@ def record(recorder: Recorder) -> None:
         data, latency = await chat_once(self, messages, body)
         choices = data.get("choices", [])
         lengths = [len(c.get("token_ids") or []) for c in choices]
-        if data.get("prompt_token_ids") and lengths:
-            recorder.shapes.append(Shape(data["prompt_token_ids"], len(choices), max(max(lengths), 1), sum(lengths)))
+        recorder.requests += 1
+        # one shape per sampled sequence: the replay generates exactly as many tokens
+        for length in lengths if data.get("prompt_token_ids") else []:
+            recorder.shapes.append(Shape(data["prompt_token_ids"], 1, max(length, 1), length))
         return data, latency
 
     commit = Worker._commit
@@ -103,13 +106,14 @@ async def pipeline(url: str, model: str, algorithm: str, tasks: int, concurrency
     generated = sum(s.generated for s in recorder.shapes)
     return {
         "wall": wall, "generated": generated, "cache": summary.cache_hit_rate, "shapes": recorder.shapes,
-        "requests": len(recorder.shapes), "cpu": cpu, "commit": recorder.commit_s,
+        "requests": recorder.requests, "cpu": cpu, "commit": recorder.commit_s,
         "mean_in_flight": summary.mean_in_flight,
     }
 
 
 async def raw_replay(url: str, model: str, shapes: list[Shape], concurrency: int) -> tuple[float, int, float]:
-    """(seconds, generated tokens, mean in flight) for the same requests, C in flight."""
+    """(seconds, generated tokens, mean in flight) for the same sequences (one request
+    each, exactly as many tokens as the sweep sampled), C in flight."""
     queue = list(reversed(shapes))
     generated = 0
     in_flight_area, last, in_flight = 0.0, time.perf_counter(), 0
@@ -147,15 +151,18 @@ async def measure(url: str, model: str, args: argparse.Namespace) -> None:
     for algorithm in args.algorithms:
         hits0 = await prefix_cache_counters(url)
         p = await pipeline(url, model, algorithm, args.tasks, args.concurrency, args.max_tokens)
-        raw_s, raw_tokens, raw_in_flight = await raw_replay(url, model, p["shapes"], args.concurrency)
+        # as many sequences in flight as the sweep's C requests of n samples each
+        raw_c = max(1, round(args.concurrency * len(p["shapes"]) / max(p["requests"], 1)))
+        raw_s, raw_tokens, raw_in_flight = await raw_replay(url, model, p["shapes"], raw_c)
         hits1 = await prefix_cache_counters(url)
         pipe_tps = p["generated"] / p["wall"]
         raw_tps = raw_tokens / raw_s
         prompt_lens = [len(s.prompt_ids) for s in p["shapes"]]
-        print(f"\n[{algorithm}] {p['requests']} requests, prompt {statistics.mean(prompt_lens):.0f} tokens mean, "
+        print(f"\n[{algorithm}] {p['requests']} requests, {len(p['shapes'])} sequences, prompt {statistics.mean(prompt_lens):.0f} tokens mean, "
               f"{p['generated']} generated tokens")
         print(f"  pipeline   {pipe_tps:10,.0f} tok/s  ({p['wall']:.1f} s, mean in flight {p['mean_in_flight']:.1f})")
-        print(f"  raw client {raw_tps:10,.0f} tok/s  ({raw_s:.1f} s, mean in flight {raw_in_flight:.1f})")
+        print(f"  raw client {raw_tps:10,.0f} tok/s  ({raw_s:.1f} s, {raw_c} single-sequence requests allowed, "
+              f"mean in flight {raw_in_flight:.1f})")
         print(f"  ratio      {pipe_tps / raw_tps:10.2f}  (goal >= 0.90)")
         print(f"  pipeline prefix-cache hit rate {p['cache']:.1%}" if p["cache"] is not None else "  no cache counters")
         if hits0 and hits1:
