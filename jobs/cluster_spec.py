@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from thicket import __version__
 
@@ -212,24 +212,6 @@ class EnvSidecar(ClusterModel):
         return value if value is None else image_reference(value, "env sidecar")
 
 
-class AggregateSpec(ClusterModel):
-    enabled: bool = Field(True, description="render the aggregation Job")
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[Toleration] = Field(default_factory=list)
-    queue: str | None = Field(None, description="Kueue LocalQueue for the aggregation Job")
-    backoff_limit: int = Field(2, ge=0, le=100)
-
-    @field_validator("node_selector")
-    @classmethod
-    def selector(cls, value: dict[str, str]) -> dict[str, str]:
-        return _node_selector(value)
-
-    @field_validator("queue")
-    @classmethod
-    def queue_name(cls, value: str | None) -> str | None:
-        return _queue(value)
-
-
 def _node_selector(value: dict[str, str]) -> dict[str, str]:
     for key, item in value.items():
         if not qualified_name(key):
@@ -243,6 +225,18 @@ def _queue(value: str | None) -> str | None:
     if value is not None and not (label_value(value) and DNS_SUBDOMAIN.match(value)):
         raise ValueError(f"{value!r} is not a valid Kueue queue name (a DNS-1123 name of at most 63 characters)")
     return value
+
+
+NodeSelector = Annotated[dict[str, str], AfterValidator(_node_selector)]
+QueueName = Annotated[str | None, AfterValidator(_queue)]
+
+
+class AggregateSpec(ClusterModel):
+    enabled: bool = Field(True, description="render the aggregation Job")
+    node_selector: NodeSelector = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=list)
+    queue: QueueName = Field(None, description="Kueue LocalQueue for the aggregation Job")
+    backoff_limit: int = Field(2, ge=0, le=100)
 
 
 JAVA_FAMILIES = frozenset({"scienceworld", "sciworld"})
@@ -263,10 +257,10 @@ class ClusterSpec(ClusterModel):
     hf_home: str = Field("/models/huggingface", description="HF_HOME inside the vLLM container")
     hf_token_secret: str | None = Field(None, description="Secret with key HF_TOKEN (gated models)")
     s3_secret: str | None = Field("thicket-s3", description="Secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (+ optional AWS_ENDPOINT_URL, AWS_DEFAULT_REGION)")
-    node_selector: dict[str, str] = Field(default_factory=dict)
+    node_selector: NodeSelector = Field(default_factory=dict)
     tolerations: list[Toleration] = Field(default_factory=list)
     priority_class_name: str | None = None
-    queue: str | None = Field(None, description="Kueue LocalQueue (label kueue.x-k8s.io/queue-name)")
+    queue: QueueName = Field(None, description="Kueue LocalQueue (label kueue.x-k8s.io/queue-name)")
     resources: ContainerResources = Field(default_factory=ContainerResources)
     backoff_limit_per_index: int = Field(3, ge=0, le=1000, description="retries of one index before it fails")
     max_failed_indexes: int | None = Field(None, ge=0, description="the Job fails once more indexes than this fail")
@@ -298,16 +292,6 @@ class ClusterSpec(ClusterModel):
         if len(set(value)) != len(value):
             raise ValueError("names must be unique")
         return value
-
-    @field_validator("node_selector")
-    @classmethod
-    def selector(cls, value: dict[str, str]) -> dict[str, str]:
-        return _node_selector(value)
-
-    @field_validator("queue")
-    @classmethod
-    def queue_name(cls, value: str | None) -> str | None:
-        return _queue(value)
 
     @field_validator("shm_size")
     @classmethod
