@@ -22,6 +22,8 @@ from thicket.envs.textcraft import (
 )
 from thicket.envs.toytext import ToyTextEnv, ToyTextSnapshot
 
+from env_steps import rollout
+
 CASES: list[tuple[str, dict[str, Any]]] = [
     ("textcraft", {}),
     ("frozenlake", {}),
@@ -36,21 +38,12 @@ IDS = [name + "".join(f"-{k}={v}" for k, v in args.items()) for name, args in CA
 STOCHASTIC = [c for c in CASES if c[1].get("is_slippery") or c[1].get("is_rainy")]
 STOCHASTIC_IDS = [IDS[CASES.index(c)] for c in STOCHASTIC]
 
-Step = tuple[str, tuple[str, ...] | None, float, bool, bool]
 
 
 def make(name: str, args: dict[str, Any]) -> SyncEnv:
     env = make_env(name, **args)
     assert isinstance(env, SyncEnv) and env.can_snapshot
     return env
-
-
-def rollout(env: SyncEnv, actions: list[str]) -> list[Step]:
-    out = []
-    for action in actions:
-        t = env.step_sync(action)
-        out.append((t.observation.text, t.observation.valid_actions, t.reward, t.done, t.success))
-    return out
 
 
 def mid_episode(env: SyncEnv, rng: random.Random) -> tuple[int, list[str]]:

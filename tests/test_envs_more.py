@@ -25,15 +25,7 @@ from thicket.envs.sciworld import ScienceWorldEnv, order_valid_actions, task_nam
 from thicket.envs.textarena_games import TextArenaEnv
 from thicket.envs.textworld_games import TextWorldEnv
 
-Step = tuple[str, tuple[str, ...] | None, float, bool, bool]
-
-
-def rollout(env: SyncEnv, actions: list[str]) -> list[Step]:
-    out = []
-    for action in actions:
-        t = env.step_sync(action)
-        out.append((t.observation.text, t.observation.valid_actions, t.reward, t.done, t.success))
-    return out
+from env_steps import Step, as_step, rollout
 
 
 def walk(env: SyncEnv, valid: tuple[str, ...] | None, rng: random.Random, steps: int,
@@ -48,7 +40,7 @@ def walk(env: SyncEnv, valid: tuple[str, ...] | None, rng: random.Random, steps:
         t = env.step_sync(action)
         taken.append(action)
         if record is not None:
-            record.append((t.observation.text, t.observation.valid_actions, t.reward, t.done, t.success))
+            record.append(as_step(t))
         valid = t.observation.valid_actions
         if t.done:
             break

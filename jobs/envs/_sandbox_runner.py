@@ -255,20 +255,14 @@ class _Capped:
         return 1
 
 
-class _Sink:
-    encoding, errors = "utf-8", "replace"
+class _Sink(_Capped):
+    """A text stream that drops everything (stdin-less helpers, warnings)."""
+
+    def __init__(self):
+        super().__init__(0)
 
     def write(self, text):
         return len(text)
-
-    def flush(self):
-        pass
-
-    def isatty(self):
-        return False
-
-    def writable(self):
-        return True
 
 
 def _run(source, name, namespace):
