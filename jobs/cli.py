@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import signal
 import sys
 from pathlib import Path
+from typing import cast
 
 import click
 
 from thicket.errors import BadInput, ExitCode, ThicketError
+from thicket.logs import FORMAT_VARIABLE, FORMATS, LogFormat, setup_logging
 from thicket.spec import SweepSpec, load_spec, parse_indices, parse_spec
 
 
@@ -31,15 +32,15 @@ def _spec_with_overrides(spec_path: str, output: str | None, policy: str | None)
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="thicket")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug details.")
-def cli(verbose: bool) -> None:
+@click.option("--log-format", type=click.Choice(FORMATS), default="text", show_default=True, envvar=FORMAT_VARIABLE,
+              show_envvar=True, help="Logs on stderr: text, or json (one object per line).")
+def cli(verbose: bool, log_format: str) -> None:
     """thicket: tree-search rollouts of LLM agents, as training data for agent RL."""
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    for noisy in ("httpx", "httpcore", "botocore", "boto3", "s3transfer", "urllib3"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    setup_logging(cast(LogFormat, log_format), verbose)
+
+
+metrics_port_option = click.option("--metrics-port", type=click.IntRange(0, 65535), default=0, show_default=True,
+                                   help="Serve Prometheus metrics at :PORT/metrics while running (0: off).")
 
 
 @cli.command()
@@ -68,13 +69,17 @@ def validate(spec: str) -> None:
 @click.option("--policy", type=click.Choice(["uniform"]), help="Replace the spec's policy by the uniform baseline.")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar on a terminal.")
 @click.option("--aggregate/--no-aggregate", "then_aggregate", default=True, help="Build the datasets when the run succeeds.")
-def run(spec: str, output: str | None, indices: str | None, policy: str | None, progress: bool, then_aggregate: bool) -> None:
+@metrics_port_option
+def run(spec: str, output: str | None, indices: str | None, policy: str | None, progress: bool, then_aggregate: bool,
+        metrics_port: int) -> None:
     """Run SPEC's tasks locally (starting vLLM if the spec serves a local model), then aggregate."""
+    from thicket.metrics import metrics_served
     from thicket.runner import raise_for_failures, run_tasks
 
     s = _spec_with_overrides(spec, output, policy)
     tasks = parse_indices(indices, s.tasks) if indices else list(range(s.tasks.start, s.tasks.stop))
-    summary = asyncio.run(run_tasks(s, tasks, progress=progress))
+    with metrics_served(metrics_port, "127.0.0.1"):
+        summary = asyncio.run(run_tasks(s, tasks, progress=progress))
     for line in summary.lines():
         click.echo(line)
     raise_for_failures(summary)
@@ -93,8 +98,11 @@ def run(spec: str, output: str | None, indices: str | None, policy: str | None, 
 @click.option("--output", help="Override the spec's output.")
 @click.option("--wait-for", "wait_for", multiple=True, metavar="URL", help="Wait until URL answers 2xx first (repeatable).")
 @click.option("--wait-ready-timeout", type=float, default=600, show_default=True, help="Seconds to wait for --wait-for URLs (then exit 3).")
-def worker(spec: str, index: int | None, output: str | None, wait_for: tuple[str, ...], wait_ready_timeout: float) -> None:
+@metrics_port_option
+def worker(spec: str, index: int | None, output: str | None, wait_for: tuple[str, ...], wait_ready_timeout: float,
+           metrics_port: int) -> None:
     """Run one pod's share of SPEC: the task range of one Job completion index."""
+    from thicket.metrics import metrics_served
     from thicket.runner import raise_for_failures, run_tasks
 
     s = _spec_with_overrides(spec, output, None)
@@ -106,11 +114,13 @@ def worker(spec: str, index: int | None, output: str | None, wait_for: tuple[str
     ranges = s.tasks.index_ranges()
     if not 0 <= index < len(ranges):
         raise BadInput(f"--index: {index} is outside 0-{len(ranges) - 1} for this spec")
-    if wait_for:
-        from thicket.readiness import wait_ready
+    # Served from the start, so a pod waiting for its servers is up to Prometheus (it scrapes the pod IP).
+    with metrics_served(metrics_port, "0.0.0.0"):
+        if wait_for:
+            from thicket.readiness import wait_ready
 
-        wait_ready(wait_for, wait_ready_timeout)
-    summary = asyncio.run(run_tasks(s, list(ranges[index]), progress=False))
+            wait_ready(wait_for, wait_ready_timeout)
+        summary = asyncio.run(run_tasks(s, list(ranges[index]), progress=False))
     for line in summary.lines():
         click.echo(line)
     raise_for_failures(summary)
@@ -130,6 +140,24 @@ def export(sweep_uri: str, fmt: str, output: str) -> None:
     else:
         Path(output).write_text(text)
         click.echo(f"wrote {output}", err=True)
+
+
+@cli.command()
+@click.argument("sweep_uri")
+@click.option("--task", type=int, required=True, help="The task whose tree to show.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="HTML file to write (default: tree-task-N.html here; '-': stdout).")
+def show(sweep_uri: str, task: int, output: str | None) -> None:
+    """Render one committed search tree of SWEEP_URI as a standalone HTML page."""
+    from thicket.show import show_html
+
+    page = show_html(sweep_uri, task)
+    if output == "-":
+        click.echo(page, nl=False)
+        return
+    path = Path(output or f"tree-task-{task}.html")
+    path.write_text(page, encoding="utf-8")
+    click.echo(f"wrote {path}")
 
 
 @cli.command()

@@ -251,6 +251,7 @@ class ClusterSpec(ClusterModel):
     model: str | None = Field(None, description="what vLLM loads (HF id or a path in the model cache); default policy.model")
     vllm_args: list[str] = Field(default_factory=list, description="extra vLLM server flags; prefix caching is always on")
     vllm_port: int = Field(8000, ge=1024, le=65535)
+    metrics_port: int = Field(9090, ge=1024, le=65535, description="the worker's Prometheus /metrics (port name metrics)")
     shm_size: str = Field("16Gi", description="size of the /dev/shm emptyDir (medium Memory)")
     model_cache_pvc: str | None = Field("thicket-models", description="PVC holding HF_HOME; null: an emptyDir")
     model_cache_path: str = Field("/models", description="where the model cache PVC is mounted")
@@ -319,10 +320,12 @@ class ClusterSpec(ClusterModel):
 
     @model_validator(mode="after")
     def ports_distinct(self) -> ClusterSpec:
+        env_ports = [e.port for e in self.envs or []]  # the default sidecar's is checked with the pod (k8s_rules)
+        ports = [self.vllm_port, self.metrics_port, *env_ports]
+        if len(set(ports)) != len(ports):
+            raise ValueError(f"ports must differ: vllm_port {self.vllm_port}, metrics_port {self.metrics_port}, "
+                             f"env ports {env_ports}")
         if self.envs:
-            ports = [self.vllm_port] + [e.port for e in self.envs]
-            if len(set(ports)) != len(ports):
-                raise ValueError(f"ports must differ: vllm_port {self.vllm_port}, env ports {[e.port for e in self.envs]}")
             families = [e.family for e in self.envs]
             if len(set(families)) != len(families):
                 raise ValueError(f"one sidecar per env family, got {families}")

@@ -10,6 +10,7 @@ class ExitCode(IntEnum):
     FAILED = 1  # an unexpected failure: a bug, or a fault we could not recover from
     BAD_INPUT = 2  # the spec or the command line is wrong: rerunning will not help
     UNAVAILABLE = 3  # a server (vLLM, env, storage) could not be reached in time
+    DEADLINE = 4  # the index's deadline passed with tasks not run: a rerun resumes
 
 
 class ThicketError(Exception):
@@ -24,3 +25,7 @@ class BadInput(ThicketError):
 
 class Unavailable(ThicketError):
     exit_code = ExitCode.UNAVAILABLE
+
+
+class DeadlineExceeded(ThicketError):
+    exit_code = ExitCode.DEADLINE

@@ -28,6 +28,7 @@ import yaml
 from thicket import __version__
 from thicket.cluster_spec import EnvSidecar, Resources
 from thicket.errors import BadInput, ThicketError
+from thicket.logs import FORMAT_VARIABLE as LOG_FORMAT_VARIABLE
 from thicket.spec import SweepSpec, parse_spec
 
 Obj = dict[str, Any]
@@ -42,6 +43,7 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 SPEC_DIR = "/etc/thicket"
 SPEC_KEY = "spec.yaml"
 WORKER = "worker"
+METRICS_PORT_NAME = "metrics"
 VLLM = "vllm"
 BAD_INPUT_EXIT = 2  # thicket.errors.ExitCode.BAD_INPUT: rerunning the index will not help
 MAX_JOB_NAME = 52  # pods are named <job>-<index>-<5 random>; their hostname <job>-<index> must fit 63
@@ -272,7 +274,7 @@ def _vllm_container(spec: SweepSpec) -> Obj:
 def _worker_container(spec: SweepSpec, sidecars: list[EnvSidecar]) -> Obj:
     c = spec.cluster
     waits: list[str] = []
-    env = [_env("HOME", "/tmp"), _env("PYTHONUNBUFFERED", "1")]
+    env = [_env("HOME", "/tmp"), _env("PYTHONUNBUFFERED", "1"), _env(LOG_FORMAT_VARIABLE, "json")]
     if serves_vllm(spec):
         waits += ["--wait-for", f"http://127.0.0.1:{c.vllm_port}/v1/models"]
     if sidecars:
@@ -289,8 +291,10 @@ def _worker_container(spec: SweepSpec, sidecars: list[EnvSidecar]) -> Obj:
         "imagePullPolicy": c.images.pull_policy,
         "command": ["thicket"],
         # The index comes from $JOB_COMPLETION_INDEX, which the Job controller sets in every pod.
-        "args": ["worker", f"{SPEC_DIR}/{SPEC_KEY}", "--wait-ready-timeout", str(c.wait_ready_timeout_s), *waits],
+        "args": ["worker", f"{SPEC_DIR}/{SPEC_KEY}", "--wait-ready-timeout", str(c.wait_ready_timeout_s),
+                 "--metrics-port", str(c.metrics_port), *waits],
         "env": env + s3_env(spec),
+        "ports": [{"name": METRICS_PORT_NAME, "containerPort": c.metrics_port, "protocol": "TCP"}],
         "resources": _resources(c.resources.worker),
         "securityContext": _security(read_only=True),
         "volumeMounts": [
@@ -353,7 +357,14 @@ def rollout_job(spec: SweepSpec, spec_hash: str) -> Obj:
     template = {
         "metadata": {
             "labels": labels(spec, "rollout"),
-            "annotations": {"kubectl.kubernetes.io/default-container": WORKER, SPEC_HASH: spec_hash},
+            "annotations": {
+                "kubectl.kubernetes.io/default-container": WORKER,
+                SPEC_HASH: spec_hash,
+                # The worker's /metrics, for Prometheus' usual pod discovery.
+                "prometheus.io/scrape": "true",
+                "prometheus.io/port": str(c.metrics_port),
+                "prometheus.io/path": "/metrics",
+            },
         },
         "spec": pod,
     }

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from thicket.errors import BadInput
-from thicket.policy.base import Policy
+from thicket.policy.base import DEFAULT_CONCURRENCY, Policy
+from thicket.policy.inflight import InFlightTuner, serves_load_metrics
 from thicket.policy.openai import OpenAIConfig, OpenAIPolicy
 from thicket.policy.uniform import UniformPolicy
 from thicket.spec import PolicySpec
-from thicket.vllm_server import VLLMServer
+from thicket.vllm_server import VLLMServer, metrics_url
+
+log = logging.getLogger("thicket.policies")
+
+# concurrency: auto starts this many requests in flight and lets the tuner go up to the ceiling.
+AUTO_FIRST, AUTO_CEILING = 16, 1024
 
 
 @dataclass
@@ -32,27 +39,49 @@ def openai_policy(spec: PolicySpec, base_url: str, model: str) -> OpenAIPolicy:
         max_tokens=spec.max_tokens,
         constrain_actions=spec.constrain_actions,
         max_thought_chars=spec.max_thought_chars,
-        concurrency=spec.concurrency,
+        concurrency=AUTO_FIRST if spec.concurrency == "auto" else spec.concurrency,
+        concurrency_ceiling=AUTO_CEILING if spec.concurrency == "auto" else None,
         timeout_s=spec.timeout_s,
         max_retries=spec.max_retries,
+        retry_deadline_s=spec.retry_deadline_s,
+        startup_connect_s=spec.startup_connect_s,
+        url_field="policy.url" if spec.url else "the vLLM server started for policy.model",
         )
     )
+
+
+@contextlib.asynccontextmanager
+async def started(spec: PolicySpec, base_url: str, model: str) -> AsyncIterator[OpenAIPolicy]:
+    """A started OpenAI-compatible policy; with `concurrency: auto` its requests in flight
+    are tuned from the server's load while it is in use."""
+    policy = openai_policy(spec, base_url, model)
+    await policy.start()
+    try:
+        if spec.concurrency != "auto":
+            yield policy
+        elif await serves_load_metrics(metrics_url(base_url)):
+            async with InFlightTuner(metrics_url(base_url), policy.slots).running():
+                yield policy
+        else:
+            log.info("no vLLM load gauges at %s: keeping %d requests in flight", metrics_url(base_url),
+                     DEFAULT_CONCURRENCY)
+            policy.slots.set_limit(DEFAULT_CONCURRENCY)
+            yield policy
+    finally:
+        await policy.close()
 
 
 @contextlib.asynccontextmanager
 async def serve_policy(spec: PolicySpec) -> AsyncIterator[ServedPolicy]:
     """Yield a started policy; a vLLM server started here is stopped on exit."""
     if spec.kind == "uniform":
-        yield ServedPolicy(UniformPolicy(latency_s=spec.latency_s, concurrency=spec.concurrency), "uniform", None)
+        concurrency = DEFAULT_CONCURRENCY if spec.concurrency == "auto" else spec.concurrency
+        yield ServedPolicy(UniformPolicy(latency_s=spec.latency_s, concurrency=concurrency), "uniform", None)
         return
     if not spec.launches_server:
         assert spec.url is not None and spec.model is not None
-        policy = openai_policy(spec, spec.url, spec.model)
-        await policy.start()
-        try:
+        async with started(spec, spec.url, spec.model) as policy:
             yield ServedPolicy(policy, spec.model, spec.url)
-        finally:
-            await policy.close()
         return
     assert spec.model is not None
     folder = Path(spec.model)
@@ -69,10 +98,5 @@ async def serve_policy(spec: PolicySpec) -> AsyncIterator[ServedPolicy]:
         startup_timeout_s=spec.server.startup_timeout_s,
         python=spec.server.python,
     )
-    async with server:
-        policy = openai_policy(spec, server.url, server.served_name)
-        await policy.start()
-        try:
-            yield ServedPolicy(policy, folder.name, server.url)
-        finally:
-            await policy.close()
+    async with server, started(spec, server.url, server.served_name) as policy:
+        yield ServedPolicy(policy, folder.name, server.url)

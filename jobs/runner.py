@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import yaml
 
+from thicket import metrics
 from thicket.envs.sidecar import open_envs
-from thicket.errors import ThicketError, Unavailable
+from thicket.errors import DeadlineExceeded, ThicketError, Unavailable
 from thicket.policies import serve_policy
 from thicket.spec import SweepSpec
 from thicket.storage.store import open_store
@@ -21,6 +25,7 @@ class RunSummary:
     report: WorkerReport
     cache_hit_rate: float | None  # share of prompt tokens served from vLLM's prefix cache
     mean_in_flight: float = 0.0  # policy requests in flight, averaged over the run
+    in_flight_limit: int = 0  # the requests-in-flight limit at the end (tuned with concurrency: auto)
 
     def lines(self) -> list[str]:
         r = self.report
@@ -32,12 +37,13 @@ class RunSummary:
         out = [
             f"sweep        {self.sweep_uri}",
             f"tasks        {len(r.outcomes)} ({len(grown)} grown, {r.count(TaskStatus.SKIPPED)} already committed, "
-            f"{len(r.failed)} failed, {r.count(TaskStatus.TIMED_OUT)} timed out)",
+            f"{len(r.failed)} failed, {r.count(TaskStatus.TIMED_OUT)} timed out, {len(r.not_run)} not run)",
             f"trees        {len(grown)}",
             f"nodes        {nodes}",
             f"successes    {solved} of {len(grown)} trees solved their task",
             f"tokens       {tokens} generated",
             f"prefix cache {cache}",
+            f"in flight    {self.mean_in_flight:.1f} LLM requests on average (limit at the end {self.in_flight_limit})",
             f"time         {r.seconds:.1f} s",
         ]
         out += [f"failed task  {o.task}: {o.error}" for o in r.failed]
@@ -49,14 +55,51 @@ async def run_tasks(spec: SweepSpec, tasks: list[int], progress: bool = True) ->
     store.check()  # bucket and credentials, before any model or LLM work
     store.put("spec.yaml", yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False).encode(), if_absent=True)
     async with open_envs(spec.tasks) as new_env, serve_policy(spec.policy) as served:
-        before = await prefix_cache_counters(served.base_url) if served.base_url else None
+        before = await cache_counters(served.base_url)
         worker = Worker(spec, served.policy, store, served.model_name, progress=progress and spec.run.progress,
                         new_env=new_env)
         served.policy.meter.reset()
-        report = await worker.run(tasks)
-        in_flight = served.policy.meter.mean_in_flight
-        after = await prefix_cache_counters(served.base_url) if served.base_url else None
-    return RunSummary(store.uri, report, hit_rate(before, after), in_flight)
+        async with cache_hit_rate_gauge(served.base_url, before):
+            report = await worker.run(tasks)
+        in_flight, limit = served.policy.meter.mean_in_flight, served.policy.slots.limit
+        after = await cache_counters(served.base_url)
+    rate = hit_rate(before, after)
+    if rate is not None:
+        metrics.PREFIX_CACHE_HIT_RATIO.set(rate)
+    return RunSummary(store.uri, report, rate, in_flight, limit)
+
+
+async def cache_counters(base_url: str | None) -> tuple[float, float] | None:
+    """vLLM's prefix-cache counters; None without vLLM, or when it does not answer (a reading
+    missed is no reason to fail a run, nor to hide why it failed)."""
+    if not base_url:
+        return None
+    try:
+        return await prefix_cache_counters(base_url)
+    except Unavailable:
+        return None
+
+
+@contextlib.asynccontextmanager
+async def cache_hit_rate_gauge(base_url: str | None, before: tuple[float, float] | None,
+                               period_s: float = 15.0) -> AsyncIterator[None]:
+    """Keep thicket_prefix_cache_hit_ratio current while the block runs (where vLLM serves)."""
+
+    async def poll() -> None:
+        assert base_url is not None
+        while True:
+            await asyncio.sleep(period_s)
+            rate = hit_rate(before, await cache_counters(base_url))
+            if rate is not None:
+                metrics.PREFIX_CACHE_HIT_RATIO.set(rate)
+
+    poller = asyncio.create_task(poll()) if base_url and before else None
+    try:
+        yield
+    finally:
+        if poller is not None:
+            poller.cancel()
+            await asyncio.gather(poller, return_exceptions=True)
 
 
 def hit_rate(before: tuple[float, float] | None, after: tuple[float, float] | None) -> float | None:
@@ -67,11 +110,14 @@ def hit_rate(before: tuple[float, float] | None, after: tuple[float, float] | No
 
 
 def raise_for_failures(summary: RunSummary) -> None:
-    failed = summary.report.failed
+    report = summary.report
+    failed, not_run, unavailable = report.failed, report.not_run, report.unavailable
+    if not_run and not failed:
+        raise DeadlineExceeded(f"the index deadline passed with {len(not_run)} task(s) not run "
+                               f"(first: task {not_run[0].task}); rerun to finish them")
     if not failed:
         return
-    unavailable = [o for o in failed if o.error.startswith("unavailable")]
-    message = f"{len(failed)} task(s) failed (first: task {failed[0].task}: {failed[0].error}); rerun to retry them"
-    if unavailable:
-        raise Unavailable(message)
-    raise ThicketError(message)
+    left = f" and {len(not_run)} not run" if not_run else ""
+    first = unavailable[0] if unavailable else failed[0]
+    message = f"{len(failed)} task(s) failed{left} (first: task {first.task}: {first.error}); rerun to retry them"
+    raise Unavailable(message) if unavailable else ThicketError(message)

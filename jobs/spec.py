@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -69,6 +69,7 @@ class TasksSpec(Strict):
     start: int = Field(0, ge=0, description="first task index")
     stop: int = Field(description="one past the last task index")
     per_index: int = Field(10, ge=1, description="tasks per pod (Job completion index)")
+    max_observation_chars: int = Field(16_384, ge=64, description="longer observations are cut (and the cut logged)")
 
     @field_validator("env")
     @classmethod
@@ -123,9 +124,15 @@ class PolicySpec(Strict):
     constrain_actions: bool = Field(True, description="force actions into the env's valid actions")
     max_thought_chars: int = Field(200, ge=0)
     show_valid_actions: bool = Field(False, description="list valid actions in each observation")
-    concurrency: int = Field(64, ge=1, le=4096, description="LLM requests in flight per pod")
+    concurrency: Annotated[int, Field(ge=1, le=4096)] | Literal["auto"] = Field(
+        "auto", description="LLM requests in flight per pod; auto: tuned from vLLM's load gauges (else 64)"
+    )
     timeout_s: float = Field(120, gt=0, description="per LLM request")
-    max_retries: int = Field(5, ge=0, le=50)
+    max_retries: int = Field(5, ge=0, le=50, description="5xx answers are retried this many times")
+    retry_deadline_s: float = Field(300, gt=0, description="an unreachable server is retried this long, then the task fails")
+    startup_connect_s: float = Field(
+        60, gt=0, description="at start-up, nothing listening at `url` this long is a wrong URL (exit 2)"
+    )
     latency_s: float = Field(0.0, ge=0.0, description="uniform only: simulated latency per request")
     server: LaunchSpec = Field(default_factory=LaunchSpec)
 
@@ -150,8 +157,12 @@ class PolicySpec(Strict):
 
 
 class RunSpec(Strict):
-    trees_in_flight: int | None = Field(None, ge=1, description="trees grown at once per pod (default: 2 x policy.concurrency)")
+    trees_in_flight: int | None = Field(None, ge=1, description="trees grown at once per pod (default: 2 x the requests in flight)")
     task_timeout_s: float = Field(3600, gt=0, description="a tree still growing then is stored as timed out")
+    index_timeout_s: float | None = Field(
+        None, gt=0, description="the pod's whole share: trees growing then are stored as timed out, tasks not "
+        "started are left for a rerun (exit 4)"
+    )
     progress: bool = True
 
 
@@ -165,6 +176,9 @@ class StorageSpec(Strict):
     secret_access_key_env: str | None = Field(None, description="NAME of the env var holding the secret key")
     session_token_env: str | None = Field(None, description="NAME of the env var holding a session token")
     retry_deadline_s: float = Field(300, gt=0, description="give up on a storage request after retrying this long")
+    startup_connect_s: float = Field(
+        60, gt=0, description="at start-up, nothing listening at the endpoint this long is a wrong endpoint (exit 2)"
+    )
 
     @field_validator("endpoint_url")
     @classmethod
@@ -256,10 +270,13 @@ def describe_error(err: ValidationError) -> str:
 
 
 def parse_spec(data: Any, source: str = "spec") -> SweepSpec:
+    if data is None:
+        raise BadInput(f"{source}: the spec is empty; expected a YAML mapping with name, tasks, search and output")
     if not isinstance(data, dict):
         raise BadInput(f"{source}: expected a YAML mapping at the top level, got {type(data).__name__}")
     try:
-        return SweepSpec.model_validate(data)
+        # strict: no silent coercions (true is not 1, "10" is not 10)
+        return SweepSpec.model_validate(data, strict=True)
     except ValidationError as err:
         raise BadInput(f"{source}: {describe_error(err)}") from None
 
@@ -267,9 +284,11 @@ def parse_spec(data: Any, source: str = "spec") -> SweepSpec:
 def load_spec(path: str | Path) -> SweepSpec:
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise BadInput(f"{path}: cannot read the spec ({err.strerror})") from None
+    except UnicodeDecodeError as err:
+        raise BadInput(f"{path}: not a YAML text file (byte {err.start} is not UTF-8)") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:

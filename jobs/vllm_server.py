@@ -248,14 +248,19 @@ def parse_prefix_cache_counters(metrics_text: str) -> tuple[float, float] | None
     return totals["hits"], totals["queries"]
 
 
+def metrics_url(base_url: str) -> str:
+    """vLLM's Prometheus endpoint for an API root like http://host:8000/v1."""
+    return base_url.rstrip("/").removesuffix("/v1") + "/metrics"
+
+
 async def prefix_cache_counters(base_url: str, timeout_s: float = 10.0) -> tuple[float, float] | None:
     """vLLM's prefix cache (hits, queries) from /metrics; base_url may end in /v1."""
-    root = base_url.rstrip("/").removesuffix("/v1")
+    url = metrics_url(base_url)
     try:
         async with httpx.AsyncClient(timeout=timeout_s) as client:
-            response = await client.get(f"{root}/metrics")
+            response = await client.get(url)
     except httpx.HTTPError as exc:
-        raise Unavailable(f"cannot read metrics at {root}/metrics: {exc!r}") from None
+        raise Unavailable(f"cannot read metrics at {url}: {exc!r}") from None
     if response.status_code != 200:
         return None
     return parse_prefix_cache_counters(response.text)

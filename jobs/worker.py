@@ -13,13 +13,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from thicket import metrics
 from thicket.envs import make_env
 from thicket.envs.protocol import Env
 from thicket.errors import BadInput, ThicketError, Unavailable
 from thicket.policy.base import Policy
+from thicket.policy.inflight import AdjustableLimit
 from thicket.progress import TaskProgress
 from thicket.search import grow, settle
 from thicket.search.expand import Expander
+from thicket.search.guard import ContentGuard
 from thicket.search.tree import StopReason
 from thicket.shard import TreeMeta, tree_table
 from thicket.spec import SweepSpec
@@ -29,11 +32,19 @@ from thicket.storage.store import Store
 log = logging.getLogger("thicket.worker")
 
 
+UNAVAILABLE = "unavailable"  # how a failed task's error starts when a server could not be reached
+
+
 class TaskStatus(StrEnum):
     COMMITTED = "committed"
     TIMED_OUT = "timed_out"  # committed, with the unfinished leaves marked timeout
     SKIPPED = "skipped"  # committed before (by an earlier run or another writer)
     FAILED = "failed"  # nothing committed: a rerun will try again
+    NOT_RUN = "not_run"  # the index's deadline passed before it started: a rerun will run it
+
+
+for _status in TaskStatus:
+    metrics.TASKS_DONE.labels(_status.value)  # every outcome shows up, at 0, from the start
 
 
 @dataclass(frozen=True)
@@ -46,6 +57,12 @@ class TaskOutcome:
     llm_requests: int = 0
     seconds: float = 0.0
     error: str = ""
+
+    def log_fields(self) -> dict[str, object]:
+        fields = {"task": self.task, "tree": self.task, "status": self.status.value, "nodes": self.nodes,
+                  "solved": self.solved, "generated_tokens": self.generated_tokens,
+                  "llm_requests": self.llm_requests, "seconds": round(self.seconds, 3)}
+        return fields | ({"error": self.error} if self.error else {})
 
 
 @dataclass
@@ -64,6 +81,15 @@ class WorkerReport:
     def failed(self) -> list[TaskOutcome]:
         return [o for o in self.outcomes if o.status is TaskStatus.FAILED]
 
+    @property
+    def unavailable(self) -> list[TaskOutcome]:
+        """Failed because a server (LLM, env, storage) stayed unreachable past its deadline."""
+        return [o for o in self.failed if o.error.startswith(UNAVAILABLE)]
+
+    @property
+    def not_run(self) -> list[TaskOutcome]:
+        return [o for o in self.outcomes if o.status is TaskStatus.NOT_RUN]
+
 
 @dataclass
 class Worker:
@@ -75,57 +101,77 @@ class Worker:
     writer_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     # Where each tree's env comes from (thicket.envs.sidecar.open_envs); default: in process.
     new_env: Callable[[], Env] | None = None
+    _index_deadline: float | None = field(default=None, init=False)  # event-loop time
 
-    @property
-    def trees_in_flight(self) -> int:
-        # Twice the request slots: while one tree steps its env or writes its shard,
-        # another has a request ready, so the server's batch stays full.
-        return self.spec.run.trees_in_flight or 2 * self.spec.policy.concurrency
+    def tree_slots(self) -> AdjustableLimit:
+        """Trees grown at once: the spec's number, else twice the requests in flight (while one
+        tree steps its env or writes its shard, another has a request ready)."""
+        if self.spec.run.trees_in_flight:
+            return AdjustableLimit(self.spec.run.trees_in_flight)
+        return AdjustableLimit(1).follow(self.policy.slots, 2)
 
     async def run(self, tasks: list[int]) -> WorkerReport:
         started = time.perf_counter()
+        index_timeout = self.spec.run.index_timeout_s
+        self._index_deadline = asyncio.get_running_loop().time() + index_timeout if index_timeout else None
         done_before = committed_task_ids(self.store)
         report = WorkerReport([TaskOutcome(t, TaskStatus.SKIPPED) for t in tasks if t in done_before])
+        metrics.TASKS_DONE.labels(TaskStatus.SKIPPED.value).inc(len(report.outcomes))
         todo = asyncio.Queue[int]()
         for task in tasks:
             if task not in done_before:
                 todo.put_nowait(task)
+        slots = self.tree_slots()
+
+        def no_more() -> bool:
+            return todo.empty() or self._past_index_deadline() or bool(report.unavailable)
+
         with TaskProgress(total=len(tasks), done=len(report.outcomes), enabled=self.progress) as bar:
 
             async def drain() -> None:
-                while not todo.empty():
-                    outcome = await self.grow_task(todo.get_nowait())
+                while not no_more():
+                    async with slots:
+                        if no_more():
+                            break
+                        outcome = self._finished(await self.grow_task(todo.get_nowait()))
                     report.outcomes.append(outcome)
                     bar.advance(outcome.nodes, outcome.solved)
 
-            await asyncio.gather(*(drain() for _ in range(min(self.trees_in_flight, todo.qsize()) or 1)))
+            await asyncio.gather(*(drain() for _ in range(min(slots.ceiling, todo.qsize()) or 1)))
+        self._leave_unstarted(todo, report)
         report.outcomes.sort(key=lambda o: o.task)
         report.seconds = time.perf_counter() - started
         return report
 
     async def grow_task(self, task: int) -> TaskOutcome:
         started = time.perf_counter()
+        log.info("task %d started", task, extra={"task": task, "tree": task, "status": "started"})
         env = self.new_env() if self.new_env else make_env(self.spec.tasks.env, **self.spec.tasks.env_args)
         try:
+            guard = ContentGuard(self.spec.tasks.max_observation_chars)
             x = await Expander.open(
                 env,
                 task,
                 self.policy,
                 self.spec.seed,
+                guard=guard,
                 max_depth=self.spec.search.max_depth,
                 max_nodes=self.spec.search.max_nodes,
                 show_valid_actions=self.spec.policy.show_valid_actions,
                 dedupe=self.spec.search.dedupe,
             )
             status = await self._grow_within_deadline(x)
+            if faults := guard.summary():
+                log.warning("task %d: untrusted content handled: %s", task, faults, extra={"task": task, "tree": task})
             commit = await asyncio.to_thread(self._commit, x)
         except (BadInput, asyncio.CancelledError):
             raise
         except Exception as err:  # one task's failure must not stop the others
             message = err.args[0] if isinstance(err, ThicketError) and err.args else repr(err)
-            log.error("task %d failed: %s", task, message)
-            kind = "unavailable" if isinstance(err, Unavailable) else "error"
-            return TaskOutcome(task, TaskStatus.FAILED, seconds=time.perf_counter() - started, error=f"{kind}: {message}")
+            kind = UNAVAILABLE if isinstance(err, Unavailable) else "error"
+            failed = TaskOutcome(task, TaskStatus.FAILED, seconds=time.perf_counter() - started, error=f"{kind}: {message}")
+            log.error("task %d failed: %s", task, message, extra=failed.log_fields())
+            return failed
         finally:
             await env.close()
         if commit is CommitStatus.ALREADY_COMMITTED:
@@ -140,13 +186,35 @@ class Worker:
             seconds=time.perf_counter() - started,
         )
 
+    def _leave_unstarted(self, todo: asyncio.Queue[int], report: WorkerReport) -> None:
+        """Tasks never started (a server stayed unreachable, or the index deadline passed)
+        are reported as not run; nothing of them was stored, so a rerun runs them."""
+        if todo.empty():
+            return
+        why = (f"a server stayed unreachable ({report.unavailable[0].error})" if report.unavailable
+               else f"the index deadline of {self.spec.run.index_timeout_s:.0f} s passed")
+        log.error("%s: %d task(s) not started", why, todo.qsize(),
+                  extra={"status": TaskStatus.NOT_RUN.value, "tasks": todo.qsize()})
+        while not todo.empty():
+            report.outcomes.append(TaskOutcome(todo.get_nowait(), TaskStatus.NOT_RUN))
+            metrics.TASKS_DONE.labels(TaskStatus.NOT_RUN.value).inc()
+
+    def _past_index_deadline(self) -> bool:
+        return self._index_deadline is not None and asyncio.get_running_loop().time() >= self._index_deadline
+
     async def _grow_within_deadline(self, x: Expander) -> TaskStatus:
+        deadline = asyncio.get_running_loop().time() + self.spec.run.task_timeout_s
+        if self._index_deadline is not None:
+            deadline = min(deadline, self._index_deadline)
         try:
-            async with asyncio.timeout(self.spec.run.task_timeout_s):
+            async with asyncio.timeout_at(deadline):
                 await grow(x, self.spec.search)
             return TaskStatus.COMMITTED
         except TimeoutError:
-            log.warning("task %d timed out after %.0f s; storing what was grown", x.tree.task, self.spec.run.task_timeout_s)
+            which = "index deadline" if self._past_index_deadline() else f"task timeout ({self.spec.run.task_timeout_s:g} s)"
+            log.warning("task %d: %s reached; storing what was grown as timed out", x.tree.task, which,
+                        extra={"task": x.tree.task, "tree": x.tree.task, "status": TaskStatus.TIMED_OUT.value,
+                               "nodes": x.tree.size, "llm_requests": x.llm_requests})
             settle(x, self.spec.search, StopReason.TIMEOUT)
             return TaskStatus.TIMED_OUT
 
@@ -160,4 +228,21 @@ class Worker:
             instructions=x.instructions,
             show_valid_actions=x.show_valid_actions,
         )
-        return write_shard(self.store, x.tree.task, tree_table(x.tree, meta), self.writer_id)
+        started = time.perf_counter()
+        commit = write_shard(self.store, x.tree.task, tree_table(x.tree, meta), self.writer_id)
+        fields = {"task": x.tree.task, "tree": x.tree.task, "nodes": x.tree.size, "commit": commit.value,
+                  "writer": self.writer_id, "seconds": round(time.perf_counter() - started, 3)}
+        if commit is CommitStatus.COMMITTED:
+            log.info("task %d: shard committed (%d nodes)", x.tree.task, x.tree.size, extra=fields)
+        else:
+            log.info("task %d: another writer committed it first; ours is dropped", x.tree.task, extra=fields)
+        return commit
+
+    def _finished(self, outcome: TaskOutcome) -> TaskOutcome:
+        """Count and log a task that grow_task is done with (failures logged their own line)."""
+        metrics.TASKS_DONE.labels(outcome.status.value).inc()
+        metrics.NODES_GROWN.inc(outcome.nodes)
+        if outcome.status is not TaskStatus.FAILED:
+            log.info("task %d finished: %s, %d nodes, %d LLM requests in %.1f s", outcome.task, outcome.status.value,
+                     outcome.nodes, outcome.llm_requests, outcome.seconds, extra=outcome.log_fields())
+        return outcome

@@ -35,7 +35,9 @@ from botocore.exceptions import (
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
+from thicket import metrics
 from thicket.storage.store import StorageSettings, Store, StoreConfigError, StoreError, StoreUnavailable
+from thicket.unreachable import nobody_listens
 
 log = logging.getLogger("thicket.storage.s3")
 
@@ -114,6 +116,13 @@ def credentials(settings: StorageSettings) -> dict[str, str]:
         return {}
     found = {"aws_access_key_id": key_id, "aws_secret_access_key": secret}
     return found | ({"aws_session_token": token} if token else {})
+
+
+def endpoint_field(settings: StorageSettings) -> str:
+    """Where the endpoint came from, as the user set it."""
+    if settings.endpoint_url:
+        return "storage.endpoint_url"
+    return next((n for n in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL") if os.environ.get(n)), "the S3 endpoint")
 
 
 def make_client(settings: StorageSettings) -> Any:
@@ -197,8 +206,19 @@ class S3Store(Store):
         self._call(f"delete {key}", lambda: self.client.delete_object(Bucket=self.bucket, Key=full))
 
     def check(self) -> None:
-        """One cheap authenticated request: the bucket exists and these credentials may list it."""
-        self._call("check", lambda: self.client.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1))
+        """One cheap authenticated request: the bucket exists and these credentials may list it.
+        Nothing listening at the endpoint for startup_connect_s is a wrong endpoint (StoreConfigError)."""
+        try:
+            self._call("check", lambda: self.client.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1),
+                       startup=True)
+        except StoreUnavailable as err:
+            reason = nobody_listens(err.__cause__) if err.__cause__ is not None else None
+            if reason is None:
+                raise
+            raise StoreConfigError(
+                f"{endpoint_field(self.settings)}: nothing answers at {self.endpoint} ({reason}, for "
+                f"{self.settings.startup_connect_s:g}s): check the URL and that the server is running"
+            ) from None
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -247,12 +267,12 @@ class S3Store(Store):
 
     # -- retries and errors -----------------------------------------------------------------
 
-    def _call(self, what: str, fn: Callable[[], T]) -> T:
+    def _call(self, what: str, fn: Callable[[], T], *, startup: bool = False) -> T:
         retrying = Retrying(
-            stop=stop_after_delay(self.settings.retry_deadline_s),
+            stop=self._give_up(startup),
             wait=wait_random_exponential(multiplier=0.1, max=5.0),
             retry=retry_if_exception(is_transient),
-            before_sleep=lambda state: self._log_retry(what, state),
+            before_sleep=lambda state: self._log_retry(what, state, startup),
             reraise=True,
         )
         try:
@@ -260,11 +280,25 @@ class S3Store(Store):
         except Exception as err:
             raise self._error(what, err, retrying.statistics) from err
 
-    def _log_retry(self, what: str, state: RetryCallState) -> None:
+    def _give_up(self, startup: bool) -> Callable[[RetryCallState], bool]:
+        """After retry_deadline_s; at start-up, also once nothing has listened for startup_connect_s."""
+        deadline = stop_after_delay(self.settings.retry_deadline_s)
+
+        def give_up(state: RetryCallState) -> bool:
+            err = state.outcome.exception() if state.outcome else None
+            waited = (state.seconds_since_start or 0.0) >= self.settings.startup_connect_s
+            return deadline(state) or (startup and waited and err is not None and nobody_listens(err) is not None)
+
+        return give_up
+
+    def _log_retry(self, what: str, state: RetryCallState, startup: bool = False) -> None:
+        metrics.RETRIES.labels("storage").inc()
         err = state.outcome.exception() if state.outcome else None
         wait = state.next_action.sleep if state.next_action else 0.0
         reason = describe(err) if err else "?"
-        log.warning("S3 %s in %s: %s; retry %d in %.1f s", what, self.uri, reason, state.attempt_number, wait)
+        # At start-up, an endpoint where nothing listens yet is reported once, when check() gives up.
+        level = logging.DEBUG if startup and err is not None and nobody_listens(err) else logging.WARNING
+        log.log(level, "S3 %s in %s: %s; retry %d in %.1f s", what, self.uri, reason, state.attempt_number, wait)
 
     def _error(self, what: str, err: Exception, stats: dict[str, Any]) -> StoreError:
         if is_transient(err):

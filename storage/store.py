@@ -43,6 +43,7 @@ class StorageSettings:
     secret_access_key_env: str | None = None
     session_token_env: str | None = None
     retry_deadline_s: float = 300.0
+    startup_connect_s: float = 60.0  # check(): nothing listening this long means a wrong endpoint
 
 
 class Store(ABC):

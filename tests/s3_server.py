@@ -182,7 +182,9 @@ def aws_env(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> dict[str, s
 @dataclass
 class Fault:
     """Answer matching requests with an S3 error: every `every`-th one, at most `limit` times.
-    With `lose_answer`, the request reaches the server first and only its answer is replaced."""
+    With `lose_answer`, the request reaches the server first and only its answer is replaced.
+    With `hold`, the request waits until the event is set and then fails without reaching
+    the server (a client killed meanwhile never learns either way)."""
 
     status: int
     code: str
@@ -190,6 +192,7 @@ class Fault:
     limit: int | None = None
     match: Callable[[str, str], bool] = lambda method, path: True
     lose_answer: bool = False
+    hold: threading.Event | None = None
     seen: int = 0
     injected: int = 0
 
@@ -237,7 +240,9 @@ class ProxyHandler(BaseHTTPRequestHandler):
     def forward(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         fault = self.server.fault_for(self.command, self.path)
-        if fault is None or fault.lose_answer:
+        if fault is not None and fault.hold is not None:
+            fault.hold.wait(timeout=120)
+        elif fault is None or fault.lose_answer:
             reply, data = self.upstream(body)
         if fault is not None:
             xml = f"<?xml version='1.0'?><Error><Code>{fault.code}</Code><Message>injected</Message></Error>"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 import random
 import subprocess
 import sys
@@ -20,10 +21,11 @@ from hypothesis import strategies as st
 
 from scripted import WordEnv
 from thicket.aggregate.dpo import dpo_table
-from thicket.aggregate.driver import aggregate
+from thicket.aggregate.driver import TreeOutput, aggregate
 from thicket.aggregate.params import DatasetsSpec, DPOParams, RevisionParams, SFTParams
 from thicket.aggregate.revision import REVISION_THOUGHTS, revision_table
 from thicket.aggregate.sft import sft_tables
+from thicket.aggregate.stats import SweepStats
 from thicket.aggregate.tokens import token_rows
 from thicket.aggregate.verifier import QUESTION, Judgement, Verifier, VerifierConfig
 from thicket.aggregate.view import EVALUATED, TreeView
@@ -481,6 +483,23 @@ def test_aggregation_writes_bounded_parts_a_manifest_last_and_is_idempotent(tmp_
     assert files_under(out) == first
     aggregate(str(sweep), max_rows=7, workers=2)  # worker processes build the same rows
     assert files_under(out) == first
+    small = {"max_rows": 50, "max_bytes": 3_000}  # parts cut by Arrow bytes, which depend on the layout
+    aggregate(str(sweep), **small)
+    inline = files_under(out)
+    assert inline != first
+    aggregate(str(sweep), **small, workers=1)
+    assert files_under(out) == inline
+
+
+def test_tables_from_worker_processes_keep_their_arrow_layout():
+    texts = pa.array(["a", None, "ccc"]).take(pa.array([2, 0, 0]))  # a bitmap without nulls
+    messages = pa.ListArray.from_arrays(pa.array([0, 1, 3], pa.int32()), pa.StructArray.from_arrays([texts], ["c"]))
+    table = pa.table({"messages": messages, "texts": texts.take(pa.array([1, 2])), "n": [1, 2]})
+    sent = TreeOutput({"x": table}, SweepStats())
+    back = pickle.loads(pickle.dumps(sent)).tables["x"]
+    assert back.equals(table) and back.schema == table.schema
+    assert back.nbytes == table.nbytes != pickle.loads(pickle.dumps(table)).nbytes
+    assert pa.concat_tables([back, back]).combine_chunks().nbytes == pa.concat_tables([table, table]).combine_chunks().nbytes
 
 
 def test_cli_flags_override_the_spec_and_bad_parameters_are_one_line_errors(tmp_path):

@@ -203,10 +203,20 @@ async def test_many_concurrent_requests(vllm_server: VLLMServer) -> None:
 async def test_unreachable_server_is_unavailable_quickly() -> None:
     url = f"http://127.0.0.1:{free_port()}/v1"
     started_at = time.perf_counter()
+    policy = OpenAIPolicy(config_for(url, retry_deadline_s=1.0))
     with pytest.raises(Unavailable, match="cannot reach the policy server at"):
-        async with started(config_for(url)):
-            pass
+        await policy.propose(TASK, 1, valid_actions=VALID, seed=5)  # mid-run: an outage
+    await policy.close()
     assert time.perf_counter() - started_at < 3.0
+
+
+async def test_nothing_listening_at_start_up_is_a_wrong_url() -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    started_at = time.perf_counter()
+    with pytest.raises(BadInput, match=r"^policy.url: nothing answers at .* \(connection refused, for 0.5s\)"):
+        async with started(config_for(url, startup_connect_s=0.5)):
+            pass
+    assert 0.5 <= time.perf_counter() - started_at < 3.0
 
 
 def chat_body(text: str = "Thought: hi\nAction: inventory") -> dict[str, Any]:

@@ -55,6 +55,7 @@ def sweep_spec(bucket: str, vllm_port: int, served_name: str, env_port: int) -> 
         "seed": 0,
         "cluster": {
             "vllm_port": vllm_port,
+            "metrics_port": free_port(),  # the worker's /metrics (9090 by default), free here
             "s3_secret": "thicket-s3",
             # The default sidecar (tasks.env on port 8100, these flags) on a free port instead.
             "envs": [{"family": "textcraft", "port": env_port,

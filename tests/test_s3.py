@@ -219,14 +219,34 @@ def test_missing_bucket_and_bad_credentials_exit_2_naming_the_bucket(s3_server, 
         pull_sweep("s3://no-such-bucket/x", tmp_path / "d", progress=False)
 
 
-def test_an_unreachable_endpoint_exits_3_after_the_retry_deadline(aws_env, tmp_path):
+def test_an_endpoint_where_nothing_listens_at_start_up_exits_2_naming_it(aws_env, tmp_path):
     spec = tmp_path / "spec.yaml"
-    spec.write_text((ROOT / DEMO).read_text() + "storage:\n  retry_deadline_s: 1\n")
-    result = thicket("run", str(spec), *FAST, "--output", "s3://some-bucket/x",
-                     env={**aws_env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}"})
-    assert result.returncode == 3
-    last = result.stderr.strip().splitlines()[-1]  # after the logged retries
-    assert last.startswith("error: S3 at http://127.0.0.1:") and "kept failing for bucket 'some-bucket'" in last
+    spec.write_text((ROOT / DEMO).read_text() + "storage:\n  startup_connect_s: 1\n")
+    dead = f"http://127.0.0.1:{free_port()}"
+    result = thicket("run", str(spec), *FAST, "--output", "s3://some-bucket/x", env={**aws_env, "AWS_ENDPOINT_URL": dead})
+    assert result.returncode == 2
+    assert one_line(result).startswith(f"error: AWS_ENDPOINT_URL: nothing answers at {dead} (connection refused, for 1s)")
+
+
+def test_an_endpoint_gone_mid_run_exits_3_after_the_retry_deadline(persistent_s3: S3Server, tmp_path, monkeypatch):
+    env = use_endpoint(monkeypatch, persistent_s3.endpoint)
+    bucket = persistent_s3.make_bucket()
+    spec = slow_spec(tmp_path, 6, 0.04)
+    spec.write_text(spec.read_text() + "storage:\n  retry_deadline_s: 1\n")
+    command = [THICKET, "run", str(spec), *FAST, "--output", f"s3://{bucket}/x"]
+    run = subprocess.Popen(
+        command, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_for_commits(persistent_s3, bucket, 1)
+        persistent_s3.kill()  # and it stays down
+        stdout, stderr = run.communicate(timeout=90)
+    finally:
+        run.kill()
+    assert run.returncode == 3, stderr
+    assert "retry" in stderr  # retried first, as any outage
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "unavailable" in last and "kept failing" in last, stderr
 
 
 # -- thicket pull ---------------------------------------------------------------------------

@@ -2,8 +2,8 @@
 
 Message ids: 0 the system message; 1 + 2v the user turn of node v (its observation);
 2 + 2v the assistant turn that led to v (its reply); past 2n, extra messages (revision
-turns). Building rows as id lists and gathering the texts with one `take` per column
-keeps Python work per row small: a chat is a few list operations, not dicts.
+turns). Rows are built as id arrays (numpy for many chats at once, lists for a few),
+and a column's texts are gathered with one `take` from the tree's message texts.
 """
 
 from __future__ import annotations
@@ -31,12 +31,43 @@ def assistant(node: int) -> int:
     return 2 + 2 * node
 
 
+@dataclass(frozen=True)
+class ChatIds:
+    """Many chats as one flat array of message ids and each chat's length."""
+
+    ids: np.ndarray
+    lengths: np.ndarray
+
+    @classmethod
+    def of(cls, chats: list[list[int]]) -> ChatIds:
+        lengths = np.fromiter(map(len, chats), np.int64, len(chats))
+        return cls(np.fromiter(chain.from_iterable(chats), np.int64, int(lengths.sum())), lengths)
+
+    @classmethod
+    def concat(cls, parts: list[ChatIds]) -> ChatIds:
+        return cls(np.concatenate([p.ids for p in parts]), np.concatenate([p.lengths for p in parts]))
+
+
+def chat_ids(view: TreeView, nodes: np.ndarray) -> ChatIds:
+    """The chat the policy saw at each of `nodes`: system, user(root), then per step of the
+    path assistant(step), user(step)."""
+    nodes = np.asarray(nodes, dtype=np.int64)
+    lengths = 2 + 2 * view.depth[nodes]
+    steps = view.ancestors(nodes)[:, 1:]
+    grid = np.empty((len(nodes), 2 + 2 * steps.shape[1]), dtype=np.int64)
+    grid[:, 0] = SYSTEM
+    grid[:, 1] = user(0)
+    grid[:, 2::2] = 2 + 2 * steps
+    grid[:, 3::2] = 1 + 2 * steps
+    return ChatIds(grid[np.arange(grid.shape[1]) < lengths[:, None]], lengths)
+
+
 @dataclass
 class Chats:
     view: TreeView
     extra: dict[tuple[str, str], int] = field(default_factory=dict)
     _memo: dict[int, list[int]] = field(default_factory=dict)
-    _cache: tuple[int, pa.Array, pa.Array] | None = None  # (extras, roles by id, contents by id)
+    _by_id: tuple[int, pa.Array, pa.Array] | None = None  # (extras, roles, contents) by message id
 
     def chat(self, node: int) -> list[int]:
         """The exact chat the policy saw at `node` (its children were sampled from it)."""
@@ -77,42 +108,34 @@ class Chats:
 
     def column(self, chats: list[list[int]], loss: list[list[bool]] | None = None) -> pa.Array:
         """A list<struct<role, content[, loss]>> column, one chat per row."""
-        ids = pa.array(list(chain.from_iterable(chats)), pa.int64())
-        offsets = pa.array(np.r_[0, np.cumsum([len(c) for c in chats])].astype(np.int32))
-        roles, contents = self._by_id()
-        fields = [roles.take(ids), contents.take(ids)]
-        names = ["role", "content"]
-        if loss is not None:
-            fields.append(pa.array(list(chain.from_iterable(loss)), pa.bool_()))
-            names.append("loss")
-        return pa.ListArray.from_arrays(offsets, pa.StructArray.from_arrays(fields, names=names))
+        flags = None if loss is None else np.fromiter(chain.from_iterable(loss), np.bool_)
+        return self.column_of(ChatIds.of(chats), flags)
 
-    def _by_id(self) -> tuple[pa.Array, pa.Array]:
-        """Every message's role and content, indexed by message id."""
-        if self._cache is not None and self._cache[0] == len(self.extra):
-            return self._cache[1], self._cache[2]
-        n = self.view.size
-        texts = self.view.texts
-        extra = list(self.extra)
-        # sources: [system, user 0..n-1, reply 0..n-1, extras]; id -> source row
-        contents = pa.concat_arrays(
-            [
-                texts.column("system_prompt").chunk(0).slice(0, 1).cast(pa.string()),
-                texts.column("user_message").chunk(0).cast(pa.string()),
-                texts.column("reply").chunk(0).cast(pa.string()),
-                pa.array([c for _, c in extra], pa.string()),
-            ]
-        )
-        source = np.empty(1 + 2 * n + len(extra), dtype=np.int64)
-        source[0] = 0
-        source[1 : 2 * n + 1 : 2] = 1 + np.arange(n)  # user turns
-        source[2 : 2 * n + 2 : 2] = 1 + n + np.arange(n)  # assistant turns
-        source[2 * n + 1 :] = np.arange(1 + 2 * n, 1 + 2 * n + len(extra))
-        codes = np.empty(len(source), dtype=np.int64)
-        codes[0] = 0
-        codes[1 : 2 * n + 1 : 2] = 1
-        codes[2 : 2 * n + 2 : 2] = 2
-        codes[2 * n + 1 :] = [ROLE_NAMES.index(role) for role, _ in extra]
-        by_id = (ROLES.take(pa.array(codes)), contents.take(pa.array(source)))
-        self._cache = (len(extra), *by_id)
-        return by_id
+    def column_of(self, chats: ChatIds, loss: np.ndarray | None = None) -> pa.Array:
+        """As column(), from id arrays (and a loss flag per message)."""
+        roles, contents = self._gather(chats.ids)
+        fields, names = [roles, contents], ["role", "content"]
+        if loss is not None:
+            fields.append(pa.array(loss, pa.bool_()))
+            names.append("loss")
+        offsets = np.zeros(len(chats.lengths) + 1, dtype=np.int32)
+        np.cumsum(chats.lengths, out=offsets[1:])
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.StructArray.from_arrays(fields, names=names))
+
+    def _gather(self, ids: np.ndarray) -> tuple[pa.Array, pa.Array]:
+        """Each message's role and content, in order."""
+        if self._by_id is None or self._by_id[0] != len(self.extra):
+            self._by_id = (len(self.extra), *self._messages())
+        rows = pa.array(ids)
+        return self._by_id[1].take(rows), self._by_id[2].take(rows)
+
+    def _messages(self) -> tuple[pa.Array, pa.Array]:
+        """Every message's role and content, by id."""
+        ids = np.arange(1 + 2 * self.view.size)
+        codes = np.where(ids == SYSTEM, ROLE_NAMES.index("system"), 2 - (ids & 1))  # odd: user, even: assistant
+        texts = self.view.message_texts
+        if self.extra:
+            extras = list(self.extra)
+            codes = np.r_[codes, [ROLE_NAMES.index(role) for role, _ in extras]]
+            texts = pa.concat_arrays([texts, pa.array([c for _, c in extras], pa.string())])
+        return ROLES.take(pa.array(codes)), texts

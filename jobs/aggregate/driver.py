@@ -15,23 +15,26 @@ import multiprocessing
 import os
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import yaml
 
+from thicket.aggregate.chats import Chats
 from thicket.aggregate.dpo import DPO_SCHEMA, dpo_table
 from thicket.aggregate.params import DatasetsSpec, resolve
 from thicket.aggregate.report import dataset_card, report_html
 from thicket.aggregate.revision import REVISION_SCHEMA, revision_table
 from thicket.aggregate.sft import FASTCHAT_SCHEMA, SFT_SCHEMA, sft_tables
-from thicket.aggregate.source import committed, decode, fetch
+from thicket.aggregate.source import committed, decode, decoded, fetch
 from thicket.aggregate.stats import SweepStats
 from thicket.aggregate.tokens import TOKENS_SCHEMA, token_rows
+from thicket.aggregate.transfer import pack, unpack
 from thicket.aggregate.verifier import Verifier, VerifierConfig
-from thicket.aggregate.writer import DATASETS, MAX_BYTES, MAX_ROWS, DatasetWriter, WrittenFile, put_file
+from thicket.aggregate.view import TreeView
+from thicket.aggregate.writer import DATASETS, MAX_BYTES, MAX_ROWS, Datasets, WrittenFile, put_file
 from thicket.errors import BadInput
 from thicket.storage.shards import CommitMarker
 from thicket.storage.store import Store, open_store
@@ -83,22 +86,34 @@ class TreeOutput:
     tables: dict[str, pa.Table]
     stats: SweepStats
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """From a worker process with the tables' exact layout (see transfer.py)."""
+        return _unpack_output, ({name: pack(t) for name, t in self.tables.items()}, self.stats)
+
+
+def _unpack_output(tables: dict[str, Any], stats: SweepStats) -> TreeOutput:
+    return TreeOutput({name: unpack(*packed) for name, packed in tables.items()}, stats)
+
 
 _VERIFIERS: dict[VerifierConfig, Verifier] = {}  # one client per process
 
 
 def build(job: Job, marker: CommitMarker, data: bytes) -> TreeOutput:
+    return build_view(job, decode(marker, data))
+
+
+def build_view(job: Job, view: TreeView) -> TreeOutput:
     """Every dataset's rows for one tree, and its statistics."""
-    view = decode(marker, data)
     stats = SweepStats()
     stats.add(view)
     tables: dict[str, pa.Table | None] = {}
-    tables["sft"], tables["sft_fastchat"] = sft_tables(view, job.params.sft) or (None, None)
-    tables["dpo"] = dpo_table(view, job.params.dpo)
+    chats = Chats(view)  # shared: message ids and texts gathered once per tree
+    tables["sft"], tables["sft_fastchat"] = sft_tables(view, job.params.sft, chats) or (None, None)
+    tables["dpo"] = dpo_table(view, job.params.dpo, chats)
     judge = None
     if job.verifier is not None:
         judge = _VERIFIERS.get(job.verifier) or _VERIFIERS.setdefault(job.verifier, Verifier(job.verifier))
-    tables["revision"] = revision_table(view, job.params.revision, judge)
+    tables["revision"] = revision_table(view, job.params.revision, judge, chats)
     tokens = token_rows(view)
     tables["tokens"] = tokens.table
     stats.tokens_skipped.update(no_token_ids=tokens.no_token_ids, not_append_only=tokens.not_append_only)
@@ -117,14 +132,14 @@ def auto_workers(trees: int) -> int:
     return 0 if trees < 64 or cores < 4 else min(cores - 1, 8)
 
 
-def built(job: Job, shards: Iterator[tuple[CommitMarker, bytes]], workers: int) -> Iterator[TreeOutput]:
-    """build() over the shards, in order: inline, or on `workers` processes a bounded window ahead."""
+def built(job: Job, store: Store, markers: list[CommitMarker], workers: int) -> Iterator[TreeOutput]:
+    """Every tree's output, in order: inline, or on `workers` processes a bounded window ahead."""
     if workers == 0:
-        yield from (build(job, marker, data) for marker, data in shards)
+        yield from (build_view(job, view) for view in decoded(store, markers))
         return
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         pending: deque[Future[TreeOutput]] = deque()
-        for marker, data in shards:
+        for marker, data in fetch(store, markers):
             pending.append(pool.submit(build, job, marker, data))
             if len(pending) >= 2 * workers:
                 yield pending.popleft().result()
@@ -154,22 +169,17 @@ def aggregate(
     stats = SweepStats()
     job = Job(params, verifier)
     try:
-        with ThreadPoolExecutor(1, thread_name_prefix="write-parts") as pool:
-            writers = {
-                name: DatasetWriter(store, name, schema, dictionary, max_rows, max_bytes, pool)
-                for name, (schema, dictionary) in DATASET_SCHEMAS.items()
-            }
+        with Datasets(store, DATASET_SCHEMAS, max_rows, max_bytes) as datasets:
             n_workers = auto_workers(len(markers)) if workers is None else workers
-            for output in built(job, fetch(store, markers), n_workers):
+            for output in built(job, store, markers, n_workers):
                 stats.merge(output.stats)
-                for name, table in output.tables.items():
-                    writers[name].add(table)
-            parts = {name: w.close() for name, w in writers.items()}
+                datasets.add(output.tables)
+            parts = datasets.close()
     finally:
         for judge in _VERIFIERS.values():
             judge.close()
         _VERIFIERS.clear()
-    rows = {name: w.rows for name, w in writers.items()}
+    rows = datasets.rows
     summary = {**stats.to_json(rows), "source_shards_sha256": _sources_digest(markers)}
     sweep = str(spec.get("name", store.uri)) if spec else store.uri
     files = [f for name in sorted(parts) for f in parts[name]]

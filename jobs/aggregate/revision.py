@@ -124,11 +124,13 @@ def revise(view: TreeView, chats: Chats, good_leaf: int, bad_leaf: int, cut_at: 
     return Revision(good_leaf, bad_leaf, split, cut, bad[cut], messages, loss)
 
 
-def revision_table(view: TreeView, params: RevisionParams, verifier: Verifier | None = None) -> pa.Table | None:
+def revision_table(
+    view: TreeView, params: RevisionParams, verifier: Verifier | None = None, chats: Chats | None = None
+) -> pa.Table | None:
     pairs = candidate_pairs(view, params)
     if not pairs:
         return None
-    chats = Chats(view)
+    chats = chats or Chats(view)
     cut_at: Cut = verifier_cut(verifier, chats) if verifier is not None else heuristic_cut
     revisions = [revise(view, chats, good, bad, cut_at) for good, bad in pairs]
     n = len(revisions)

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from thicket.aggregate.chats import MESSAGE, Chats
+from thicket.aggregate.chats import MESSAGE, ROLES, Chats
 from thicket.aggregate.params import SFTParams
 from thicket.aggregate.view import TreeView, ranked
 
@@ -27,6 +27,7 @@ SFT_SCHEMA = pa.schema(
     ]
 )
 TURN = pa.struct([("from", pa.string()), ("value", pa.string())])
+FASTCHAT_ROLES = pa.array(["system", "human", "gpt"])  # by ROLES
 FASTCHAT_SCHEMA = pa.schema([("id", pa.string()), ("conversations", pa.list_(TURN))])
 
 
@@ -43,12 +44,12 @@ def row_id(view: TreeView, leaf: int) -> str:
     return f"task-{view.task:08d}/node-{leaf}"
 
 
-def sft_tables(view: TreeView, params: SFTParams) -> tuple[pa.Table, pa.Table] | None:
+def sft_tables(view: TreeView, params: SFTParams, chats: Chats | None = None) -> tuple[pa.Table, pa.Table] | None:
     best = successes(view, params.min_reward)
     if not best:
         return None
     leaf = best[0]
-    chats = Chats(view)
+    chats = chats or Chats(view)
     messages = chats.column([chats.upto_reply(leaf)])
     ids = [row_id(view, leaf)]
     sft = pa.table(
@@ -68,7 +69,6 @@ def sft_tables(view: TreeView, params: SFTParams) -> tuple[pa.Table, pa.Table] |
 
 def fastchat(messages: pa.ListArray) -> pa.ListArray:
     flat = messages.flatten()
-    roles = pc.replace_substring_regex(flat.field("role"), "^user$", "human")
-    roles = pc.replace_substring_regex(roles, "^assistant$", "gpt")
+    roles = FASTCHAT_ROLES.take(pc.index_in(flat.field("role"), ROLES))
     turns = pa.StructArray.from_arrays([roles, flat.field("content")], fields=list(TURN))
     return pa.ListArray.from_arrays(messages.offsets, turns)

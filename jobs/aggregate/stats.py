@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field, fields
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from thicket.aggregate.view import TreeView
@@ -53,7 +54,7 @@ class SweepStats:
         self.leaves += len(view.leaves)
         solved_leaves = int(view.success[1:].sum())
         self.success_leaves += solved_leaves
-        tokens = int(pc.sum(pc.list_value_length(t.column("token_ids"))).as_py() or 0)
+        tokens = _total_length(t.column("token_ids"))
         self.generated_tokens += tokens
         if solved_leaves:
             self.solved_trees += 1
@@ -107,6 +108,14 @@ def _counts(values: np.ndarray) -> dict[int, int]:
         return {}
     counts = np.bincount(values)
     return {int(k): int(counts[k]) for k in np.flatnonzero(counts)}
+
+
+def _total_length(lists: pa.ChunkedArray) -> int:
+    """Sum of the lists' lengths (nulls count 0)."""
+    if lists.null_count or lists.num_chunks != 1:
+        return int(pc.sum(pc.list_value_length(lists)).as_py() or 0)
+    offsets = lists.chunk(0).offsets
+    return offsets[len(offsets) - 1].as_py() - offsets[0].as_py()
 
 
 def _counts_of(values) -> dict[str, int]:

@@ -17,9 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from thicket.aggregate.view import TreeView, list_column
+from thicket.aggregate.view import TreeView, list_column, ranges
 
 TOKENS_SCHEMA = pa.schema(
     [
@@ -65,27 +64,6 @@ class _Columns:
         return cls(tok_off, tok, lp_off, lp, suf_off, suf, prefix)
 
 
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Indices start, start+1, ... of each range (start, length), in order."""
-    total = int(lengths.sum())
-    return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(total)
-
-
-def _ancestors(view: TreeView, leaves: np.ndarray) -> np.ndarray:
-    """A[i, d] = the ancestor of leaves[i] at depth d (the leaf itself at its depth), else 0."""
-    depth = view.depth[leaves]
-    out = np.zeros((len(leaves), int(depth.max()) + 1), dtype=np.int64)
-    rows = np.arange(len(leaves))
-    node, d = leaves.copy(), depth.copy()
-    while True:
-        live = d >= 0
-        if not live.any():
-            return out
-        out[rows[live], d[live]] = node[live]
-        node = np.where(live & (d > 0), view.parent[node], node)
-        d = d - 1
-
-
 def token_rows(view: TreeView) -> TokenRows:
     leaves = view.leaves
     if len(leaves) == 0:
@@ -99,52 +77,53 @@ def token_rows(view: TreeView) -> TokenRows:
     kept[0] = 0
     sent = (c.prefix_len >= 0) & (kept >= 0) & (kept <= reply_len)
     sent[0] = c.prefix_len[0] == 0
-    with_ids = view.top_down(sampled, np.logical_and)
-    aligned = view.top_down(sampled & sent, np.logical_and)
-    up = view.parent[leaves]
-    ok = aligned[up] & sampled[leaves]
-    no_ids = int((~with_ids[leaves]).sum())
+    paths = view.ancestors(leaves)  # past a leaf's depth: the root, where sampled is True
+    with_ids = sampled[paths].all(axis=1)
+    aligned = (sampled & sent)[paths]
+    aligned[np.arange(len(leaves)), view.depth[leaves]] = sampled[leaves]  # the leaf is never sent
+    ok = aligned.all(axis=1)
+    no_ids = int((~with_ids).sum())
     misaligned = len(leaves) - no_ids - int(ok.sum())
-    leaves = leaves[ok]
-    if len(leaves) == 0:
+    if not ok.any():
         return TokenRows(None, no_ids, misaligned)
-    return TokenRows(_build(view, c, leaves, kept, ctx_len), no_ids, misaligned)
+    return TokenRows(_build(view, c, leaves[ok], paths[ok], kept, ctx_len), no_ids, misaligned)
 
 
-def _build(view: TreeView, c: _Columns, leaves: np.ndarray, kept: np.ndarray, ctx_len: np.ndarray) -> pa.Table:
-    anc = _ancestors(view, leaves)
+def _build(
+    view: TreeView, c: _Columns, leaves: np.ndarray, paths: np.ndarray, kept: np.ndarray, ctx_len: np.ndarray
+) -> pa.Table:
     depth = view.depth[leaves][:, None]
-    levels = np.arange(1, anc.shape[1])[None, :]
-    nodes = anc[:, 1:]
+    levels = np.arange(1, paths.shape[1])[None, :]
+    nodes = paths[:, 1:]
     inner = levels < depth
-    reply_take = np.where(inner, kept[nodes], np.where(levels == depth, np.diff(c.tok_off)[nodes], 0))
+    reply_len = np.diff(c.tok_off)
+    reply_take = np.where(inner, kept[nodes], np.where(levels == depth, reply_len[nodes], 0))
     suffix_take = np.where(inner, np.diff(c.suf_off)[nodes], 0)
     n_tok, n_lp, n_suf = len(c.tok), len(c.lp), len(c.suf)
     # Per leaf, ranges alternate reply part / suffix part, level by level, into the
     # concatenation (reply ids, suffix ids); logprobs into (logprobs, zeros).
-    lengths = np.stack([reply_take, suffix_take], axis=2).reshape(len(leaves), -1)
+    flat_len = np.stack([reply_take, suffix_take], axis=2).ravel()
     tok_starts = np.stack([c.tok_off[nodes], n_tok + c.suf_off[nodes]], axis=2).ravel()
-    lp_starts = np.stack([c.lp_off[nodes], n_lp + c.suf_off[nodes]], axis=2).ravel()
-    flat_len = lengths.ravel()
-    take = _ranges(tok_starts, flat_len)
+    take = ranges(tok_starts, flat_len)
     ids = np.concatenate([c.tok, c.suf]).astype(np.int32, copy=False)[take]
     mask = (take < n_tok).astype(np.int8)
-    logprobs = np.concatenate([c.lp, np.zeros(n_suf, np.float32)]).astype(np.float32, copy=False)[_ranges(lp_starts, flat_len)]
-    response_len = lengths.sum(axis=1)
-    expected = ctx_len[view.parent[leaves]] - ctx_len[0] + np.diff(c.tok_off)[leaves]
+    if n_lp != n_tok or not np.array_equal(c.lp_off, c.tok_off):
+        lp_starts = np.stack([c.lp_off[nodes], n_lp + c.suf_off[nodes]], axis=2).ravel()
+        take = ranges(lp_starts, flat_len)
+    logprobs = np.concatenate([c.lp, np.zeros(n_suf, np.float32)]).astype(np.float32, copy=False)[take]
+    response_len = reply_take.sum(axis=1) + suffix_take.sum(axis=1)
+    expected = ctx_len[view.parent[leaves]] - ctx_len[0] + reply_len[leaves]
     assert np.array_equal(response_len, expected), "token rows do not reproduce the contexts"
     offsets = pa.array(np.r_[0, np.cumsum(response_len)].astype(np.int32))
     prompt = c.suf[c.suf_off[0] : c.suf_off[1]].astype(np.int32)
     prompt_offsets = pa.array((np.arange(len(leaves) + 1) * len(prompt)).astype(np.int32))
     forced = view.table.column("constrained").to_numpy(zero_copy_only=False).astype(bool)
-    forced[0] = False  # the root took no action
-    constrained = view.top_down(forced, np.logical_or)
+    forced[0] = False  # the root took no action; past a leaf's depth, paths hold the root
     stop = view.table.column("stop_reason").take(pa.array(leaves))
+    trajectory = f"task-{view.task:08d}/node-"
     return pa.table(
         {
-            "trajectory_id": pc.binary_join_element_wise(
-                f"task-{view.task:08d}/node-", pc.cast(pa.array(leaves), pa.string()), ""
-            ),
+            "trajectory_id": pa.array([trajectory + str(leaf) for leaf in leaves.tolist()], pa.string()),
             "tree_id": np.full(len(leaves), view.tree, np.int64),
             "group_id": np.full(len(leaves), view.task, np.int64),
             "leaf": leaves.astype(np.int32),
@@ -152,7 +131,7 @@ def _build(view: TreeView, c: _Columns, leaves: np.ndarray, kept: np.ndarray, ct
             "response_ids": pa.ListArray.from_arrays(offsets, pa.array(ids)),
             "loss_mask": pa.ListArray.from_arrays(offsets, pa.array(mask)),
             "rollout_logprobs": pa.ListArray.from_arrays(offsets, pa.array(logprobs)),
-            "constrained": constrained[leaves],
+            "constrained": forced[paths].any(axis=1),
             "stop_reason": stop,
             "success": view.success[leaves],
             "reward": view.returns[leaves].astype(np.float32),

@@ -20,8 +20,10 @@ from thicket.search.tree import StopReason
 # budget, a timeout or an error say nothing about the path's quality.
 EVALUATED = (StopReason.DONE.value, StopReason.DEPTH_LIMIT.value, StopReason.DISASTER.value)
 
-# The text columns, decoded only for trees that yield chats.
+# The text columns (read with the others, or lazily through read_text).
 TEXT_COLUMNS = ("system_prompt", "user_message", "reply")
+# ancestors() gathers from a table of every node's path while that holds at most this many ids
+ANCESTOR_TABLE_MAX = 1 << 21
 
 
 class MalformedShard(ValueError):
@@ -119,10 +121,6 @@ class TreeView:
             out[lo:hi] = combine(out[self.parent[lo:hi]], values[lo:hi])
         return out
 
-    def children(self, node: int) -> range:
-        lo, hi = np.searchsorted(self.parent, [node, node + 1])
-        return range(int(lo), int(hi))
-
     @cached_property
     def _parents(self) -> list[int]:
         return self.parent.tolist()
@@ -138,14 +136,62 @@ class TreeView:
             out.append(parents[out[-1]])
         return out[::-1]
 
+    def ancestors(self, nodes: np.ndarray) -> np.ndarray:
+        """A[i, d] = the ancestor of nodes[i] at depth d (nodes[i] itself at its depth), else 0."""
+        if self.size * (int(self.depth[-1]) + 1) <= ANCESTOR_TABLE_MAX:
+            return self._ancestor_table[nodes]
+        depth = self.depth[nodes]
+        out = np.zeros((len(nodes), int(depth.max(initial=0)) + 1), dtype=np.int64)
+        rows = np.arange(len(nodes))
+        node, d = np.asarray(nodes, dtype=np.int64), depth.copy()
+        while True:
+            live = d >= 0
+            if not live.any():
+                return out
+            out[rows[live], d[live]] = node[live]
+            node = np.where(live & (d > 0), self.parent[node], node)
+            d = d - 1
+
+    @cached_property
+    def _ancestor_table(self) -> np.ndarray:
+        """ancestors() of every node, built level by level (a level's nodes are contiguous)."""
+        out = np.zeros((self.size, int(self.depth[-1]) + 1), dtype=np.int64)
+        bounds = [0, *(np.flatnonzero(np.diff(self.depth)) + 1).tolist(), self.size]
+        for d, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+            if d:
+                out[lo:hi] = out[self.parent[lo:hi]]
+            out[lo:hi, d] = np.arange(lo, hi)
+        return out
+
     @cached_property
     def texts(self) -> pa.Table:
         source = self.read_text() if self.read_text is not None else self.table.select(list(TEXT_COLUMNS))
         return source.combine_chunks()
 
     @cached_property
-    def replies(self) -> list[str]:
-        return self.texts.column("reply").to_pylist()
+    def message_texts(self) -> pa.Array:
+        """Every message text of the tree by message id (see chats.py): the system prompt,
+        then per node its user turn and its reply."""
+        texts = self.texts
+        n = self.size
+        by_id = np.empty(1 + 2 * n, dtype=np.int64)  # rows of [system, users, replies]
+        by_id[0] = 0
+        by_id[1::2] = np.arange(1, n + 1)
+        by_id[2::2] = np.arange(n + 1, 2 * n + 1)
+        source = pa.concat_arrays(
+            [
+                texts.column("system_prompt").chunk(0).slice(0, 1).cast(pa.string()),
+                texts.column("user_message").chunk(0).cast(pa.string()),
+                texts.column("reply").chunk(0).cast(pa.string()),
+            ]
+        )
+        return source.take(pa.array(by_id))
+
+    @cached_property
+    def reply_codes(self) -> np.ndarray:
+        """Per node, a code of its reply: equal codes, equal replies."""
+        encoded = pc.dictionary_encode(self.texts.column("reply"), null_encoding="encode").combine_chunks()
+        return encoded.indices.to_numpy(zero_copy_only=False)
 
 
 def shared_depth(a: list[int], b: list[int]) -> int:
@@ -163,6 +209,12 @@ def ranked(nodes: np.ndarray, *keys: np.ndarray) -> list[int]:
         return []
     order = np.lexsort((nodes, *(k[nodes] for k in reversed(keys))))
     return nodes[order].tolist()
+
+
+def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Indices start, start+1, ... of each range (start, length), in order."""
+    total = int(lengths.sum())
+    return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(total)
 
 
 def diagonal(n_a: int, n_b: int) -> Iterator[tuple[int, int]]:

@@ -3,16 +3,19 @@
 Tables are buffered; a part is cut once the buffer holds `max_rows` rows or `max_bytes`
 of Arrow data, so memory stays bounded whatever the sweep's size and each part stays a
 comfortable size for HF datasets. Part boundaries depend only on the rows, so a rerun
-writes the same bytes. Encoding and the put run on one background thread (Parquet
-encoding releases the GIL), at most one part behind the caller.
+writes the same bytes. `Datasets` feeds every dataset's writer on a background thread
+(buffering, byte accounting and cutting parts), and encoding and the put run on another
+(Parquet encoding releases the GIL), at most one part of each dataset in flight.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from types import TracebackType
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -117,3 +120,53 @@ class DatasetWriter:
 
     def _encode_and_put(self, path: str, table: pa.Table) -> WrittenFile:
         return put_file(self.store, path, parquet_bytes(table.combine_chunks(), self.dictionary), table.num_rows)
+
+
+class Datasets:
+    """One DatasetWriter per dataset, fed a tree's tables at a time on a background thread,
+    at most `ahead` trees behind the caller. Use as a context manager; close() once done."""
+
+    def __init__(
+        self,
+        store: Store,
+        schemas: dict[str, tuple[pa.Schema, bool | list[str]]],
+        max_rows: int = MAX_ROWS,
+        max_bytes: int = MAX_BYTES,
+        ahead: int = 4,
+    ) -> None:
+        self._parts = ThreadPoolExecutor(1, thread_name_prefix="write-parts")
+        self._adder = ThreadPoolExecutor(1, thread_name_prefix="add-rows")
+        self.writers = {
+            name: DatasetWriter(store, name, schema, dictionary, max_rows, max_bytes, self._parts)
+            for name, (schema, dictionary) in schemas.items()
+        }
+        self._ahead = ahead
+        self._pending: deque[Future[None]] = deque()
+
+    def add(self, tables: dict[str, pa.Table]) -> None:
+        self._pending.append(self._adder.submit(self._add, tables))
+        while len(self._pending) > self._ahead:
+            self._pending.popleft().result()
+
+    def close(self) -> dict[str, list[WrittenFile]]:
+        """Every dataset's parts, once all are written."""
+        while self._pending:
+            self._pending.popleft().result()
+        return {name: w.close() for name, w in self.writers.items()}
+
+    @property
+    def rows(self) -> dict[str, int]:
+        return {name: w.rows for name, w in self.writers.items()}
+
+    def _add(self, tables: dict[str, pa.Table]) -> None:
+        for name, table in tables.items():
+            self.writers[name].add(table)
+
+    def __enter__(self) -> Datasets:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        for future in self._pending:
+            future.cancel()
+        self._adder.shutdown()
+        self._parts.shutdown()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import re
 import socket
 from dataclasses import dataclass, field, replace
@@ -31,12 +32,16 @@ import httpx
 import orjson
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential, wait_random
 
-from thicket.envs.protocol import Env, Observation, Transition
+from thicket import metrics
+from thicket.envs.protocol import ActionFailed, Env, Observation, Transition
 from thicket.envs.transport import LeanTransport
 from thicket.errors import BadInput, ThicketError, Unavailable
 
 EPISODE_OVER = Transition(Observation("The episode is over.", ()), 0.0, True)
 MAX_RECOVERIES = 3  # instance lost again and again within one call: give up
+
+
+log = logging.getLogger("thicket.envs.client")
 
 
 class Adapter(StrEnum):
@@ -80,6 +85,14 @@ class _Busy(Exception):
 _GONE = re.compile(r"\bid\b.*\b(not valid|invalid|deleted|not found|does not exist)", re.IGNORECASE)
 _NODELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
 _JSON = {"content-type": "application/json"}
+
+
+def _loads(content: bytes) -> Any:
+    """JSON from a server that may send text that is not UTF-8 (replaced, not refused)."""
+    try:
+        return orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return orjson.loads(content.decode(errors="replace"))
 
 
 def _classify(payload: Any, status: int) -> EnvServerError | None:
@@ -315,8 +328,10 @@ class EnvClient:
         a lost connection: once the server answers again, ConnectionLost is raised instead."""
         try:
             return await self._attempt(method, path, body, params, resend)
-        except (httpx.TransportError, _Busy):
-            pass  # the common case above stays free of the retry machinery
+        except (httpx.TransportError, _Busy) as err:  # the common case above stays free of the retry machinery
+            log.warning("env server %s: %s on %s; retrying for up to %.0f s", self.config.url,
+                        type(err).__name__, path, self.config.retry_deadline_s)
+        metrics.RETRIES.labels("env").inc()  # the loop's first attempt sends it again, without a wait
         try:
             async for attempt in self._retrying():
                 with attempt:
@@ -330,6 +345,7 @@ class EnvClient:
             retry=retry_if_exception(lambda e: isinstance(e, httpx.TransportError | _Busy)),
             wait=wait_exponential(multiplier=0.02, max=0.5) + wait_random(0, 0.05),
             stop=stop_after_delay(self.config.retry_deadline_s),
+            before_sleep=metrics.count_retry("env"),
             reraise=True,
         )
 
@@ -361,7 +377,7 @@ class EnvClient:
         if response.status_code == 503:
             raise _Busy(response.text[:200])
         try:
-            payload = orjson.loads(response.content) if response.content else None
+            payload = _loads(response.content) if response.content else None
         except orjson.JSONDecodeError:
             payload = {"error": response.text[:300] or response.reason_phrase}
             if response.status_code < 400:
@@ -486,12 +502,17 @@ class RemoteEnv(Env):
         for _ in range(MAX_RECOVERIES):
             try:
                 return await self._step(action)
-            except (InstanceGone, ConnectionLost):
+            except (InstanceGone, ConnectionLost) as err:
+                log.warning("env server %s: %s instance lost (%s); rebuilding it by replaying %d action(s)",
+                            self.client.config.url, self.family, type(err).__name__, len(at.actions))
                 self.instance = None  # the next try rebuilds the state on a new instance
                 self.recoveries += 1
             except SnapshotGone:
                 assert self._pending is not None
                 self._pending = replace(self._pending, snapshot=None)  # the next try replays it
+            except EnvServerError as err:  # refused (an oversized action, a step after the end) or failed
+                self._at = self._current = self._pending = None  # the state the server holds is unknown now
+                raise ActionFailed(f"env server {self.client.config.url} refused {action[:80]!r}: {err}") from err
         raise Unavailable(f"env server {self.client.config.url} keeps losing {self.family} instances")
 
     async def snapshot(self) -> RemoteSnapshot:

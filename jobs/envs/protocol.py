@@ -31,6 +31,11 @@ class Transition:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+class ActionFailed(Exception):
+    """The env refused or failed one action (an error answer, an exception in env code).
+    The episode's state after it is unknown; the search records the action as an error leaf."""
+
+
 class Env(ABC):
     """An async text environment holding one episode at a time."""
 
@@ -78,7 +83,10 @@ class SyncEnv(Env):
         return self.reset_sync(task)
 
     async def step(self, action: str) -> Transition:
-        return self.step_sync(action)
+        try:
+            return self.step_sync(action)
+        except Exception as err:
+            raise ActionFailed(f"{self.family} raised {type(err).__name__}: {err}") from err
 
     async def snapshot(self) -> Any:
         return self.snapshot_sync()

@@ -35,6 +35,7 @@ import asyncio
 import bisect
 import contextlib
 import dataclasses
+import json
 import logging
 import math
 import os
@@ -398,7 +399,10 @@ def json_response(payload: Any, status: int = 200, headers: dict[str, str] | Non
 
 
 def _dumps(payload: Any) -> bytes:
-    return orjson.dumps(payload, default=str, option=orjson.OPT_SERIALIZE_NUMPY)
+    try:
+        return orjson.dumps(payload, default=str, option=orjson.OPT_SERIALIZE_NUMPY)
+    except orjson.JSONEncodeError:  # text that is not valid UTF-8 (lone surrogates) from an env
+        return json.dumps(payload, default=str, ensure_ascii=False).encode(errors="replace")
 
 
 def observation_fields(observation: Observation) -> dict[str, Any]:

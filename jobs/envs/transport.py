@@ -29,6 +29,7 @@ class _Connection(asyncio.Protocol):
         self._response: asyncio.Future[tuple[int, list[tuple[bytes, bytes]], bytes]] | None = None
         self._headers: list[tuple[bytes, bytes]] = []
         self._headers_seen = False
+        self._delimited_by_eof = True
         self._body: list[bytes] = []
         self._keep_alive = True
 
@@ -44,9 +45,9 @@ class _Connection(asyncio.Protocol):
             self._fail(httpx.RemoteProtocolError(f"malformed HTTP response: {err}"))
 
     def eof_received(self) -> bool:
-        if self._response is not None and not self._response.done() and self._headers_seen:
-            self.on_message_complete()  # a body delimited by the end of the connection
-        return False
+        if self._response is not None and not self._response.done() and self._headers_seen and self._delimited_by_eof:
+            self.on_message_complete()
+        return False  # anything else still expected is lost: connection_lost fails the response
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -55,6 +56,8 @@ class _Connection(asyncio.Protocol):
     # httptools callbacks
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers.append((name, value))
+        if name.lower() in (b"content-length", b"transfer-encoding"):
+            self._delimited_by_eof = False  # the body's end is announced: EOF before it is a loss
 
     def on_headers_complete(self) -> None:
         self._headers_seen = True
@@ -78,7 +81,7 @@ class _Connection(asyncio.Protocol):
     async def exchange(self, head: bytes, body: bytes) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         assert self.transport is not None
         self._response = asyncio.get_running_loop().create_future()
-        self._headers, self._body, self._headers_seen = [], [], False
+        self._headers, self._body, self._headers_seen, self._delimited_by_eof = [], [], False, True
         self.transport.write(head + body if len(body) < 65536 else head)
         if len(body) >= 65536:
             self.transport.write(body)

@@ -5,7 +5,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
+from thicket.policy.inflight import AdjustableLimit
 from thicket.policy.meter import RequestMeter
+
+DEFAULT_CONCURRENCY = 64  # requests in flight where nothing better is known
 
 Messages = list[dict[str, str]]
 
@@ -34,6 +37,13 @@ class Policy(ABC):
     """An async policy. Replies are returned in sample order (sample i used seed + i)."""
 
     name: str = "policy"
+
+    @property
+    def slots(self) -> AdjustableLimit:
+        """Requests in flight at most (policies that talk to a server set their own)."""
+        if "_slots" not in self.__dict__:
+            self.__dict__["_slots"] = AdjustableLimit(DEFAULT_CONCURRENCY)
+        return self.__dict__["_slots"]
 
     @property
     def meter(self) -> RequestMeter:

@@ -7,6 +7,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from thicket import metrics
+
 
 @dataclass
 class RequestMeter:
@@ -28,11 +30,15 @@ class RequestMeter:
         self.in_flight += 1
         self.requests += 1
         self.peak = max(self.peak, self.in_flight)
+        metrics.LLM_IN_FLIGHT.inc()
+        started = self._last
         try:
             yield
         finally:
             self._tick()
             self.in_flight -= 1
+            metrics.LLM_IN_FLIGHT.dec()
+            metrics.LLM_REQUEST_SECONDS.observe(self._last - started)
 
     def reset(self) -> None:
         self.requests = self.peak = 0

@@ -17,7 +17,7 @@ left; a reply's prompt_token_ids show the prompt that was actually used.
 
 from __future__ import annotations
 
-import asyncio
+import logging
 import re
 import time
 from itertools import accumulate
@@ -25,11 +25,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_delay, wait_exponential
 
+from thicket import metrics
 from thicket.errors import BadInput, Unavailable
 from thicket.policy import prompts
 from thicket.policy.base import Messages, Policy, Reply
+from thicket.policy.inflight import AdjustableLimit
+from thicket.unreachable import nobody_listens
+
+log = logging.getLogger("thicket.policy")
 
 THINK_STOP = ("\nAction", "Action:")
 _ACTION_MARK = re.compile(r"Action\s*:", re.IGNORECASE)
@@ -53,9 +58,13 @@ class OpenAIConfig:
     max_tokens: int = 256
     constrain_actions: bool = False
     max_thought_chars: int = 200
-    concurrency: int = 64
+    concurrency: int = 64  # requests in flight (where the limit moves: the first limit)
+    concurrency_ceiling: int | None = None  # where an InFlightTuner moves it: the highest it goes
     timeout_s: float = 120.0
-    max_retries: int = 4
+    max_retries: int = 4  # 5xx answers
+    retry_deadline_s: float = 300.0  # connection errors (a restarting server) are retried this long
+    startup_connect_s: float = 60.0  # start(): nothing listening this long means a wrong URL (BadInput)
+    url_field: str = "policy.url"  # what points here, named in start()'s errors
     retry_backoff_s: float = 0.5
     api_key: str | None = None
     action_max_tokens: int = 64  # unconstrained act(): the action is one line
@@ -86,6 +95,17 @@ def _error_message(response: httpx.Response) -> str:
     except ValueError:
         message = response.text
     return " ".join(str(message).split())[:500] or response.reason_phrase
+
+
+def _served_models(response: httpx.Response) -> list[str] | None:
+    """The model ids of a /models answer; None when it is not an OpenAI-compatible list."""
+    try:
+        data = response.json().get("data")
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(data, list):
+        return None
+    return [str(m.get("id", "?")) if isinstance(m, dict) else "?" for m in data]
 
 
 def drop_oldest_exchange(messages: Messages, keep_last: int = 0) -> Messages | None:
@@ -151,7 +171,7 @@ class OpenAIPolicy(Policy):
         self.config = config
         self.base_url = config.base_url.rstrip("/")
         self._client: httpx.AsyncClient | None = None
-        self._slots = asyncio.Semaphore(config.concurrency)
+        self._slots = AdjustableLimit(config.concurrency, config.concurrency_ceiling)
 
     # -- HTTP -------------------------------------------------------------------------
 
@@ -159,8 +179,7 @@ class OpenAIPolicy(Policy):
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
             headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
-            limits = httpx.Limits(max_connections=self.config.concurrency + 4,
-                                  max_keepalive_connections=self.config.concurrency)
+            limits = httpx.Limits(max_connections=self.slots.ceiling + 4, max_keepalive_connections=self.slots.ceiling)
             timeout = httpx.Timeout(self.config.timeout_s, connect=min(10.0, self.config.timeout_s))
             self._client = httpx.AsyncClient(headers=headers, limits=limits, timeout=timeout)
         return self._client
@@ -175,8 +194,9 @@ class OpenAIPolicy(Policy):
         url = f"{self.base_url}{path}"
         retrying = AsyncRetrying(
             retry=retry_if_exception(_retryable),
-            wait=wait_exponential(multiplier=self.config.retry_backoff_s, max=30.0),
-            stop=stop_after_attempt(self.config.max_retries + 1),
+            wait=wait_exponential(multiplier=self.config.retry_backoff_s, max=5.0),
+            stop=self._give_up,
+            before_sleep=self._log_retry,
             reraise=True,
         )
         try:
@@ -186,7 +206,8 @@ class OpenAIPolicy(Policy):
                     if response.status_code >= 500:
                         raise _ServerError(response.status_code, _error_message(response))
         except _CONNECTION_ERRORS as exc:
-            raise Unavailable(f"cannot reach the policy server at {self.base_url}: {exc!r}") from None
+            raise Unavailable(f"cannot reach the policy server at {self.base_url} for "
+                              f"{self.config.retry_deadline_s:g}s: {exc!r}") from None
         except _ServerError as exc:
             raise Unavailable(f"the policy server at {self.base_url} failed "
                               f"{self.config.max_retries + 1} times: {exc}") from None
@@ -194,6 +215,20 @@ class OpenAIPolicy(Policy):
             raise Unavailable(f"the policy server at {self.base_url} did not answer within "
                               f"{self.config.timeout_s:g}s ({type(exc).__name__})") from None
         return response
+
+    def _give_up(self, state: RetryCallState) -> bool:
+        """5xx answers get max_retries more tries; a server that is down (restarting) is
+        retried until retry_deadline_s."""
+        if state.outcome is not None and isinstance(state.outcome.exception(), _ServerError):
+            return state.attempt_number > self.config.max_retries
+        return (state.seconds_since_start or 0.0) >= self.config.retry_deadline_s
+
+    def _log_retry(self, state: RetryCallState) -> None:
+        metrics.RETRIES.labels("llm").inc()
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if state.attempt_number == 1 or state.attempt_number % 10 == 0:
+            log.warning("policy server %s: %s; retrying (attempt %d, %.0f s so far)", self.base_url,
+                        type(exc).__name__ if exc else "?", state.attempt_number, state.seconds_since_start or 0.0)
 
     async def _chat(self, messages: Messages, body: dict[str, Any], keep_last: int = 0) -> tuple[dict[str, Any], float]:
         """POST /chat/completions; on a context-length 400, drop the oldest exchange and retry."""
@@ -209,7 +244,7 @@ class OpenAIPolicy(Policy):
 
     async def _chat_once(self, messages: Messages, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
         payload = {"model": self.config.model, "messages": messages, **body, **self.config.extra_body}
-        async with self._slots:
+        async with self.slots:
             started = time.perf_counter()
             with self.meter.request():
                 response = await self._send("POST", "/chat/completions", payload)
@@ -224,14 +259,41 @@ class OpenAIPolicy(Policy):
     # -- Policy -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        response = await self._send("GET", "/models")
+        response = await self._first_contact()
+        if response.status_code >= 500:
+            response = await self._send("GET", "/models")  # up but failing: retried as mid-run
         if response.status_code != 200:
-            raise BadInput(f"{self.base_url}/models answered HTTP {response.status_code}: "
+            raise BadInput(f"{self.config.url_field}: {self.base_url}/models answered HTTP {response.status_code}: "
                            f"{_error_message(response)}")
-        served = [m.get("id", "?") for m in response.json().get("data", [])]
+        served = _served_models(response)
+        if served is None:
+            raise BadInput(f"{self.config.url_field}: {self.base_url}/models is not an OpenAI-compatible model "
+                           "list; expected the API root, e.g. http://host:8000/v1")
         if self.config.model not in served:
-            raise BadInput(f"model '{self.config.model}' is not served at {self.base_url}; "
+            raise BadInput(f"policy.model: '{self.config.model}' is not served at {self.base_url}; "
                            f"it serves: {', '.join(served) or 'nothing'}")
+
+    async def _first_contact(self) -> httpx.Response:
+        """GET /models, trying again while nothing listens at the URL; still nothing after
+        startup_connect_s is a wrong URL (BadInput). Other failures go through _send's retries."""
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(lambda e: isinstance(e, httpx.TransportError) and nobody_listens(e) is not None),
+            wait=wait_exponential(multiplier=0.05, max=2.0),
+            stop=stop_after_delay(self.config.startup_connect_s),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    return await self.client.get(f"{self.base_url}/models")
+        except httpx.TransportError as exc:
+            reason = nobody_listens(exc)
+            if reason is None:
+                return await self._send("GET", "/models")
+            raise BadInput(f"{self.config.url_field}: nothing answers at {self.base_url} ({reason}, "
+                           f"for {self.config.startup_connect_s:g}s): check the URL and that the "
+                           "server is running") from None
+        raise AssertionError("unreachable")
 
     def _sampling(self, n: int, seed: int, temperature: float | None, max_tokens: int) -> dict[str, Any]:
         return {

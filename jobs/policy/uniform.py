@@ -8,6 +8,7 @@ import math
 from thicket.errors import BadInput
 from thicket.policy import prompts
 from thicket.policy.base import Messages, Policy, Reply
+from thicket.policy.inflight import AdjustableLimit
 
 
 def mix(seed: int) -> int:
@@ -23,11 +24,11 @@ class UniformPolicy(Policy):
 
     def __init__(self, latency_s: float = 0.0, concurrency: int = 64) -> None:
         self.latency_s = latency_s  # simulated server latency, for benchmarks
-        self._slots = asyncio.Semaphore(concurrency)  # requests "in flight" at most
+        self._slots = AdjustableLimit(concurrency)  # requests "in flight" at most
 
     async def _wait(self) -> None:
         if self.latency_s > 0:
-            async with self._slots:
+            async with self.slots:
                 with self.meter.request():
                     await asyncio.sleep(self.latency_s)
 

@@ -8,21 +8,24 @@ from __future__ import annotations
 
 import asyncio
 
+from thicket import metrics
 from thicket.envs.protocol import Env, Observation, Transition
+from thicket.search.guard import ContentGuard
 from thicket.search.tree import Node
 
 
 class EnvCursor:
-    def __init__(self, env: Env, task: int) -> None:
+    def __init__(self, env: Env, task: int, guard: ContentGuard | None = None) -> None:
         self.env = env
         self.task = task
+        self.guard = guard or ContentGuard()  # what the tree sees of the env is made safe here
         self.at: Node | None = None  # the node whose state the env is in now
         self.lock = asyncio.Lock()  # one move-and-step at a time per env instance
         self.replayed_steps = 0
 
     async def reset(self) -> Observation:
         self.at = None
-        return await self.env.reset(self.task)
+        return self.guard.observation(await self.env.reset(self.task))
 
     async def remember(self, node: Node) -> None:
         """Record that the env is now in `node`'s state (snapshotting it if it can)."""
@@ -35,7 +38,7 @@ class EnvCursor:
         if self.at is not node:
             await self._goto(node)
         self.at = None  # the env has left `node`; the caller remembers the new node
-        return await self.env.step(action)
+        return self.guard.transition(await self._step(action))
 
     async def _goto(self, node: Node) -> None:
         if self.env.can_snapshot and node.snapshot is not None:
@@ -43,6 +46,10 @@ class EnvCursor:
         else:
             await self.env.reset(self.task)
             for action in node.actions():
-                await self.env.step(action)
+                await self._step(action)
                 self.replayed_steps += 1
         self.at = node
+
+    async def _step(self, action: str) -> Transition:
+        with metrics.ENV_STEP_SECONDS.time():
+            return await self.env.step(action)

@@ -7,10 +7,11 @@ import hashlib
 import time
 from dataclasses import dataclass, field
 
-from thicket.envs.protocol import Env
+from thicket.envs.protocol import ActionFailed, Env, Observation, Transition
 from thicket.policy import prompts
 from thicket.policy.base import Messages, Policy, Reply
 from thicket.search.cursor import EnvCursor
+from thicket.search.guard import ContentGuard, Fault
 from thicket.search.tree import Node, StopReason, Tree
 
 SEED_SPACING = 1024  # a request's n samples use seed .. seed+n-1; requests never overlap
@@ -38,8 +39,9 @@ class Expander:
     _messages: dict[Node, Messages] = field(default_factory=dict)
 
     @classmethod
-    async def open(cls, env: Env, task: int, policy: Policy, seed: int, **settings) -> Expander:
-        cursor = EnvCursor(env, task)
+    async def open(cls, env: Env, task: int, policy: Policy, seed: int, *,
+                   guard: ContentGuard | None = None, **settings) -> Expander:
+        cursor = EnvCursor(env, task, guard)
         observation = await cursor.reset()
         tree = Tree.start(task, observation, seed)
         await cursor.remember(tree.root)
@@ -117,14 +119,28 @@ class Expander:
         return children
 
     async def step(self, node: Node, reply: Reply, label: int = -1) -> Node:
+        self.cursor.guard.reply(reply, node.observation.valid_actions)
         async with self.cursor.lock:
             started = time.perf_counter()
-            transition = await self.cursor.step_from(node, reply.action)
+            try:
+                transition = await self.cursor.step_from(node, reply.action)
+            except ActionFailed as err:
+                return self._error_leaf(node, reply, label, str(err), started)
             env_ms = (time.perf_counter() - started) * 1000
             child = self.tree.add_child(node, reply, transition, env_ms)
             child.label = label
             await self.cursor.remember(child)
         classify(child, self.max_depth)
+        return child
+
+    def _error_leaf(self, node: Node, reply: Reply, label: int, error: str, started: float) -> Node:
+        """The action the env failed on, kept as a leaf whose stop reason says so."""
+        self.cursor.guard.faults[Fault.ACTION_FAILED] += 1
+        observation = Observation(f"[the environment failed on this action: {error[:500]}]")
+        env_ms = (time.perf_counter() - started) * 1000
+        child = self.tree.add_child(node, reply, Transition(observation, 0.0, True), env_ms)
+        child.label = label
+        child.close(StopReason.ERROR)
         return child
 
 
