@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -190,9 +191,11 @@ def stages(folder: str, trees: int) -> None:
     from thicket.aggregate.source import committed, decode, fetch
     from thicket.aggregate.writer import MAX_ROWS, DatasetWriter, parquet_bytes
 
-    class Nowhere(LocalStore):
-        def put(self, key: str, data: bytes, if_absent: bool = False) -> bool:
-            return True
+    class Unwritten(ThreadPoolExecutor):  # the writers' parts are encoded below, on their own
+        def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+            done: Future[Any] = Future()
+            done.set_result(None)
+            return done
 
     store = LocalStore(folder)
     shards = list(fetch(store, committed(store)[:trees]))
@@ -215,7 +218,8 @@ def stages(folder: str, trees: int) -> None:
         timed("revision", revision.revision_table, view, params.revision, None, chats)
         timed("tokens", tokens.token_rows, view)
     outputs = [build_view(Job(params), decode(marker, data, True)) for marker, data in shards]
-    writers = {name: DatasetWriter(Nowhere(folder), name, schema, d) for name, (schema, d) in DATASET_SCHEMAS.items()}
+    unwritten = Unwritten()
+    writers = {name: DatasetWriter(store, name, schema, d, pool=unwritten) for name, (schema, d) in DATASET_SCHEMAS.items()}
     for output in outputs:
         for name, table in output.tables.items():
             timed("add rows (background)", writers[name].add, table)

@@ -121,6 +121,11 @@ class TreeView:
             out[lo:hi] = combine(out[self.parent[lo:hi]], values[lo:hi])
         return out
 
+    def children(self, node: int) -> range:
+        """Rows of node's children (siblings are contiguous, in breadth-first order)."""
+        lo, hi = np.searchsorted(self.parent, [node, node + 1])
+        return range(int(lo), int(hi))
+
     @cached_property
     def _parents(self) -> list[int]:
         return self.parent.tolist()

@@ -3,7 +3,8 @@
 `HostileModel`: an OpenAI-compatible chat server (a thread in the test process) whose replies
 cycle through empty, enormous, unformatted, invalid-action and valid ones.
 `HostileEnv`: an env whose observations are 1 MB long, not valid UTF-8, or full of control
-characters; `python tests/faults/hostile.py PORT` serves it with `thicket serve-env`'s server.
+characters; `python tests/faults/hostile.py PORT` registers it and serves it with
+`thicket serve-env`'s server (it is never registered in the test process).
 """
 
 from __future__ import annotations
@@ -89,7 +90,6 @@ INVALID_UTF8 = b"caf\xc3\xa9 \xff\xfe broken bytes".decode("utf-8", "surrogatees
 CONTROL = "\x00\x1b[31mred\x1b[0m \x07bell\x08 \x0cform\x7f"
 
 
-@register("hostile")
 class HostileEnv(SyncEnv):
     """Walk right three times to succeed; every observation is hostile in its own way."""
 
@@ -128,4 +128,5 @@ class HostileEnv(SyncEnv):
 if __name__ == "__main__":
     from thicket.envs.server import ServerConfig, serve
 
+    register("hostile")(HostileEnv)  # in the server process only: the suite's env list stays as it is
     serve(ServerConfig(("hostile",), port=int(sys.argv[1]), max_body_bytes=1 << 20))
