@@ -4,12 +4,17 @@ that does nothing but generate.
 1. Runs a real sweep (MCTS, then ToT, on TextCraft) against one vLLM server with C
    requests allowed in flight, recording every request's shape (prompt ids, n,
    completion tokens).
-2. Replays them with a raw async client (/v1/completions on the same prompt ids,
-   ignore_eos): each sequence as its own request with exactly its length, at C (or, with
-   auto, at several levels); and the sweep's requests as they were (n samples, each as
-   long as the longest) at the pipeline's level. The ratio is against the best of these.
-3. Prints generated tokens/s of both, their ratio, the prefix-cache hit rate, the
-   mean number of requests in flight, and where the worker's time went.
+2. Replays them with a raw async client that only generates (/v1/completions on the same
+   prompt ids, ignore_eos, exactly the sweep's generated tokens): each sequence as its own
+   request, at C (or, with auto, at several levels); and the sweep's requests as n-sample
+   requests with their tokens spread evenly over the samples, at the sweep's level. The
+   ratio is against the best of these.
+3. Replays the sweep's requests exactly as sent (chat template, action grammar, logprobs,
+   seeds), not counted, which splits the ratio in two: the pipeline against its own
+   requests (what the worker loses) x its requests against generate-only ones (what the
+   request features cost the server).
+4. Prints generated tokens/s of all, the ratio, the prefix-cache hit rate, the mean
+   number of requests in flight, and where the worker's time went.
 
     .venv/bin/python bench/saturation.py [--concurrency auto|32] [--tasks 32]
     .venv/bin/python bench/saturation.py --url http://127.0.0.1:8000/v1 --model tiny --concurrency 256 --tasks 256
@@ -48,6 +53,8 @@ class Shape:
 class Recorder:
     shapes: list[Shape] = field(default_factory=list)  # one per sampled sequence
     request_shapes: list[Shape] = field(default_factory=list)  # one per request: n samples, the longest's length
+    even_shapes: list[Shape] = field(default_factory=list)  # one per request: n samples sharing its tokens evenly
+    sent: list[dict] = field(default_factory=list)  # one per request: the chat body exactly as the sweep sent it
     requests: int = 0
     commit_s: float = 0.0
 
@@ -58,6 +65,7 @@ def record(recorder: Recorder) -> None:
 
     async def recorded(self, messages, body):
         data, latency = await chat_once(self, messages, body)
+        recorder.sent.append({"model": self.config.model, "messages": messages, **body, **self.config.extra_body})
         choices = data.get("choices", [])
         lengths = [len(c.get("token_ids") or []) for c in choices]
         recorder.requests += 1
@@ -65,6 +73,8 @@ def record(recorder: Recorder) -> None:
         if data.get("prompt_token_ids") and lengths:
             longest = max(max(lengths), 1)
             recorder.request_shapes.append(Shape(data["prompt_token_ids"], len(lengths), longest, len(lengths) * longest))
+            even = max(round(sum(lengths) / len(lengths)), 1)
+            recorder.even_shapes.append(Shape(data["prompt_token_ids"], len(lengths), even, len(lengths) * even))
         for length in lengths if data.get("prompt_token_ids") else []:
             recorder.shapes.append(Shape(data["prompt_token_ids"], 1, max(length, 1), length))
         return data, latency
@@ -88,25 +98,26 @@ SEARCHES = {
 }
 
 
-async def pipeline(url: str, model: str, algorithm: str, tasks: int, concurrency: int | str, max_tokens: int) -> dict:
+async def pipeline(url: str, model: str, algorithm: str, args: argparse.Namespace) -> dict:
     recorder = Recorder()
     record(recorder)
     with tempfile.TemporaryDirectory() as out:
         spec = parse_spec(
             {
                 "name": f"saturation-{algorithm}",
-                "tasks": {"env": "textcraft", "start": 0, "stop": tasks},
+                "tasks": {"env": "textcraft", "start": 0, "stop": args.tasks},
                 "search": SEARCHES[algorithm],
                 "policy": {
-                    "kind": "openai", "url": url, "model": model, "max_tokens": max_tokens,
-                    "max_thought_chars": 48, "concurrency": concurrency,
+                    "kind": "openai", "url": url, "model": model, "max_tokens": args.max_tokens,
+                    "max_thought_chars": 48, "concurrency": args.concurrency,
+                    "constrain_actions": not args.unconstrained,
                 },
                 "run": {"progress": False},
                 "output": out,
             }
         )
         cpu0 = time.process_time()
-        summary = await run_tasks(spec, list(range(tasks)), progress=False)
+        summary = await run_tasks(spec, list(range(args.tasks)), progress=False)
         cpu = time.process_time() - cpu0
     wall = summary.report.seconds
     generated = sum(s.generated for s in recorder.shapes)
@@ -114,32 +125,33 @@ async def pipeline(url: str, model: str, algorithm: str, tasks: int, concurrency
         "wall": wall, "generated": generated, "cache": summary.cache_hit_rate, "shapes": recorder.shapes,
         "requests": recorder.requests, "cpu": cpu, "commit": recorder.commit_s,
         "mean_in_flight": summary.mean_in_flight, "limit": summary.in_flight_limit,
-        "request_shapes": recorder.request_shapes,
+        "request_shapes": recorder.request_shapes, "even_shapes": recorder.even_shapes, "sent": recorder.sent,
     }
 
 
-async def raw_replay(url: str, model: str, shapes: list[Shape], concurrency: int) -> tuple[float, int, float]:
-    """(seconds, generated tokens, mean in flight) for the same sequences (one request
-    each, exactly as many tokens as the sweep sampled), C in flight."""
-    queue = list(reversed(shapes))
+def completion(model: str, shape: Shape) -> tuple[str, dict]:
+    """A generate-only request: prompt ids in, exactly shape.max_tokens tokens per sample out."""
+    return "/completions", {"model": model, "prompt": shape.prompt_ids, "n": shape.n, "max_tokens": shape.max_tokens,
+                            "ignore_eos": True, "temperature": 1.0, "logprobs": 0}
+
+
+async def replay(url: str, requests: list[tuple[str, dict]], concurrency: int) -> tuple[float, int, float]:
+    """(seconds, generated tokens, mean in flight) for these (path, body) requests, C in flight."""
+    queue = list(reversed(requests))
     generated = 0
     in_flight_area, last, in_flight = 0.0, time.perf_counter(), 0
     limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(timeout=600, limits=limits) as client:
 
-        async def one(shape: Shape) -> None:
+        async def one(path: str, body: dict) -> None:
             nonlocal generated, in_flight_area, last, in_flight
             now = time.perf_counter()
             in_flight_area += in_flight * (now - last)
             last, in_flight = now, in_flight + 1
-            body = {
-                "model": model, "prompt": shape.prompt_ids, "n": shape.n, "max_tokens": shape.max_tokens,
-                "ignore_eos": True, "temperature": 1.0, "logprobs": 0,
-            }
             async for attempt in AsyncRetrying(retry=retry_if_exception_type(httpx.TransportError),
                                                stop=stop_after_attempt(3), reraise=True):
                 with attempt:  # a keep-alive connection the server closed as it was reused
-                    response = await client.post(f"{url}/completions", json=body)
+                    response = await client.post(f"{url}{path}", json=body)
             response.raise_for_status()
             generated += response.json()["usage"]["completion_tokens"]
             now = time.perf_counter()
@@ -148,7 +160,7 @@ async def raw_replay(url: str, model: str, shapes: list[Shape], concurrency: int
 
         async def worker() -> None:
             while queue:
-                await one(queue.pop())
+                await one(*queue.pop())
 
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -156,40 +168,61 @@ async def raw_replay(url: str, model: str, shapes: list[Shape], concurrency: int
     return seconds, generated, in_flight_area / seconds
 
 
+def raw_replay(url: str, model: str, shapes: list[Shape], concurrency: int):
+    return replay(url, [completion(model, shape) for shape in shapes], concurrency)
+
+
 async def measure(url: str, model: str, args: argparse.Namespace) -> None:
     print(f"server {url} model {model}; {args.concurrency} requests in flight at most; {args.tasks} TextCraft tasks")
     for algorithm in args.algorithms:
         hits0 = await prefix_cache_counters(url)
-        p = await pipeline(url, model, algorithm, args.tasks, args.concurrency, args.max_tokens)
-        # The raw client's best: with a number C, as many sequences in flight as the sweep's C
-        # requests of n samples each; with auto, each of --raw-sequences (the best one counts).
+        p = await pipeline(url, model, algorithm, args)
+        sequences = p["shapes"][: args.raw_limit] if args.raw_limit else p["shapes"]
+        count = max(1, len(sequences) * p["requests"] // max(len(p["shapes"]), 1))  # requests holding them
+        sweep_levels = sorted({p["limit"], max(1, round(p["mean_in_flight"]))})
+        # The raw client's best, generating exactly the sweep's tokens: with a number C, as many
+        # sequences in flight as the sweep's C requests of n samples each; with auto, each of
+        # --raw-sequences; and the sweep's requests as n-sample requests with its tokens spread
+        # evenly over the samples, at the sweep's levels.
         per_request = len(p["shapes"]) / max(p["requests"], 1)
         levels = args.raw_sequences if args.concurrency == "auto" else [max(1, round(args.concurrency * per_request))]
-        replay = p["shapes"][: args.raw_limit] if args.raw_limit else p["shapes"]
-        raw = {f"{c} single-sequence requests": await raw_replay(url, model, replay, c) for c in levels}
-        # The same requests as the sweep's (n samples sharing a prompt, each as long as the
-        # longest): the server's best on these shapes, generating a little more per prefill.
-        requests = p["request_shapes"][: max(1, len(replay) * p["requests"] // max(len(p["shapes"]), 1))]
-        for c in sorted({p["limit"], max(1, round(p["mean_in_flight"]))}):
-            raw[f"{c} n-sample requests"] = await raw_replay(url, model, requests, c)
+        raw = {f"{c} single-sequence requests": await raw_replay(url, model, sequences, c) for c in levels}
+        for c in sweep_levels:
+            raw[f"{c} n-sample requests, the sweep's tokens"] = await raw_replay(url, model, p["even_shapes"][:count], c)
+        # Not counted, to see where the rest goes: the sweep's own requests exactly as sent (chat,
+        # grammar, logprobs, seeds) without the worker; and, with --padded, every sample as long
+        # as its request's longest (more tokens per prefill than the sweep generated).
+        shown = {f"{c} of the sweep's requests as sent": await replay(url, [("/chat/completions", b) for b in p["sent"][:count]], c)
+                 for c in sweep_levels}
+        for c in sweep_levels if args.padded else []:
+            shown[f"{c} n-sample requests, padded to the longest"] = await raw_replay(url, model, p["request_shapes"][:count], c)
         hits1 = await prefix_cache_counters(url)
-        pipe_tps = p["generated"] / p["wall"]
-        raw_tps = max(tokens / seconds for seconds, tokens, _ in raw.values())
-        prompt_lens = [len(s.prompt_ids) for s in p["shapes"]]
-        print(f"\n[{algorithm}] {p['requests']} requests, {len(p['shapes'])} sequences, prompt {statistics.mean(prompt_lens):.0f} tokens mean, "
-              f"{p['generated']} generated tokens")
-        print(f"  pipeline   {pipe_tps:10,.0f} tok/s  ({p['wall']:.1f} s, mean in flight {p['mean_in_flight']:.1f} "
-              f"requests, limit at the end {p['limit']})")
-        for level, (raw_s, raw_tokens, raw_in_flight) in raw.items():
-            print(f"  raw client {raw_tokens / raw_s:10,.0f} tok/s  ({raw_tokens} tokens in {raw_s:.1f} s, {level} "
-                  f"allowed, mean in flight {raw_in_flight:.1f})")
-        print(f"  ratio      {pipe_tps / raw_tps:10.2f}  against the raw client's best (goal >= 0.90)")
-        print(f"  pipeline prefix-cache hit rate {p['cache']:.1%}" if p["cache"] is not None else "  no cache counters")
-        if hits0 and hits1:
-            print(f"  (sweep + replay together: {(hits1[0] - hits0[0]) / max(hits1[1] - hits0[1], 1):.1%})")
-        busy = p["cpu"]
-        print(f"  worker time: wall {p['wall']:.1f} s, worker CPU {busy:.1f} s "
-              f"(of which shard serialisation {p['commit']:.2f} s); waiting on the LLM ~{max(p['wall'] - busy, 0):.1f} s")
+        report(algorithm, p, raw, shown, (hits0, hits1))
+
+
+def report(algorithm: str, p: dict, raw: dict, shown: dict, hits: tuple) -> None:
+    pipe_tps = p["generated"] / p["wall"]
+    raw_tps = max(tokens / seconds for seconds, tokens, _ in raw.values())
+    as_sent_tps = max(tokens / seconds for seconds, tokens, _ in
+                      (v for k, v in shown.items() if k.endswith("as sent")))
+    prompt_lens = [len(s.prompt_ids) for s in p["shapes"]]
+    print(f"\n[{algorithm}] {p['requests']} requests, {len(p['shapes'])} sequences, prompt {statistics.mean(prompt_lens):.0f} tokens mean, "
+          f"{p['generated']} generated tokens")
+    print(f"  pipeline   {pipe_tps:10,.0f} tok/s  ({p['wall']:.1f} s, mean in flight {p['mean_in_flight']:.1f} "
+          f"requests, limit at the end {p['limit']})")
+    for level, (raw_s, raw_tokens, raw_in_flight) in (raw | shown).items():
+        print(f"  raw client {raw_tokens / raw_s:10,.0f} tok/s  ({raw_tokens} tokens in {raw_s:.1f} s, {level}, "
+              f"mean in flight {raw_in_flight:.1f}){' (not counted)' if level in shown else ''}")
+    print(f"  ratio      {pipe_tps / raw_tps:10.2f}  against the raw client's best (goal >= 0.90)")
+    print(f"    = {pipe_tps / as_sent_tps:.2f} (the pipeline against its own requests replayed as sent: the worker's share)"
+          f" x {as_sent_tps / raw_tps:.2f} (those requests against generate-only ones: the cost of chat, grammar, logprobs, seeds)")
+    print(f"  pipeline prefix-cache hit rate {p['cache']:.1%}" if p["cache"] is not None else "  no cache counters")
+    (hits0, hits1) = hits
+    if hits0 and hits1:
+        print(f"  (sweep + replay together: {(hits1[0] - hits0[0]) / max(hits1[1] - hits0[1], 1):.1%})")
+    busy = p["cpu"]
+    print(f"  worker time: wall {p['wall']:.1f} s, worker CPU {busy:.1f} s "
+          f"(of which shard serialisation {p['commit']:.2f} s); waiting on the LLM ~{max(p['wall'] - busy, 0):.1f} s")
 
 
 def main() -> None:
@@ -203,6 +236,9 @@ def main() -> None:
     parser.add_argument("--raw-limit", type=int, default=3000, help="replay at most this many of the sequences (0: all)")
     parser.add_argument("--tasks", type=int, default=32)
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--padded", action="store_true",
+                        help="also replay the sweep's requests padded to their longest sample (printed, not counted)")
+    parser.add_argument("--unconstrained", action="store_true", help="the sweep with constrain_actions off")
     parser.add_argument("--algorithms", nargs="+", default=["mcts", "tot"], choices=list(SEARCHES))
     parser.add_argument("--model-dir", help="serve this model folder instead of building the tiny one")
     args = parser.parse_args()

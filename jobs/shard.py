@@ -23,10 +23,14 @@ class TreeMeta:
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
-    """Length of the longest common prefix (slice compares run in C)."""
+    """Length of the longest common prefix (slice compares run in C). Append-only prompts
+    differ from the parent's context + reply only in the last few tokens (a re-rendered
+    end of the reply), so those lengths are tried first; else a binary search."""
     n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
+    for k in range(n, max(n - 4, 0) - 1, -1):
+        if a[k - 1 : k] == b[k - 1 : k] or k == 0:  # a cheap look at the last token first
+            if a[:k] == b[:k]:
+                return k
     lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
     while hi - lo > 1:
         mid = (lo + hi) // 2

@@ -69,6 +69,12 @@ class TaskOutcome:
 class WorkerReport:
     outcomes: list[TaskOutcome] = field(default_factory=list)
     seconds: float = 0.0
+    server_lost: TaskOutcome | None = None  # the first task failed because a server stayed unreachable
+
+    def add(self, outcome: TaskOutcome) -> None:
+        self.outcomes.append(outcome)
+        if self.server_lost is None and outcome.status is TaskStatus.FAILED and outcome.error.startswith(UNAVAILABLE):
+            self.server_lost = outcome
 
     def count(self, *statuses: TaskStatus) -> int:
         return sum(1 for o in self.outcomes if o.status in statuses)
@@ -124,7 +130,7 @@ class Worker:
         slots = self.tree_slots()
 
         def no_more() -> bool:
-            return todo.empty() or self._past_index_deadline() or bool(report.unavailable)
+            return todo.empty() or self._past_index_deadline() or report.server_lost is not None
 
         with TaskProgress(total=len(tasks), done=len(report.outcomes), enabled=self.progress) as bar:
 
@@ -134,7 +140,7 @@ class Worker:
                         if no_more():
                             break
                         outcome = self._finished(await self.grow_task(todo.get_nowait()))
-                    report.outcomes.append(outcome)
+                    report.add(outcome)
                     bar.advance(outcome.nodes, outcome.solved)
 
             await asyncio.gather(*(drain() for _ in range(min(slots.ceiling, todo.qsize()) or 1)))
@@ -191,12 +197,12 @@ class Worker:
         are reported as not run; nothing of them was stored, so a rerun runs them."""
         if todo.empty():
             return
-        why = (f"a server stayed unreachable ({report.unavailable[0].error})" if report.unavailable
+        why = (f"a server stayed unreachable ({report.server_lost.error})" if report.server_lost
                else f"the index deadline of {self.spec.run.index_timeout_s:.0f} s passed")
         log.error("%s: %d task(s) not started", why, todo.qsize(),
                   extra={"status": TaskStatus.NOT_RUN.value, "tasks": todo.qsize()})
         while not todo.empty():
-            report.outcomes.append(TaskOutcome(todo.get_nowait(), TaskStatus.NOT_RUN))
+            report.add(TaskOutcome(todo.get_nowait(), TaskStatus.NOT_RUN))
             metrics.TASKS_DONE.labels(TaskStatus.NOT_RUN.value).inc()
 
     def _past_index_deadline(self) -> bool:

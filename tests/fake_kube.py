@@ -15,10 +15,11 @@ import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+from tests.http_stub import QuietHandler, serving
 
 PATH = re.compile(
     r"^/(?:api/v1|apis/batch/v1|apis/rbac\.authorization\.k8s\.io/v1)/namespaces/(?P<ns>[^/]+)"
@@ -142,31 +143,20 @@ def status(code: int, message: str) -> dict:
 
 @contextmanager
 def serve(fake: FakeKube) -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def _do(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length)) if length else None
             code, payload = fake.handle(self.command, self.path, body)
-            data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "text/plain" if isinstance(payload, str) else "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            if isinstance(payload, str):
+                self.answer(code, payload.encode(), "text/plain")
+            else:
+                self.answer(code, json.dumps(payload).encode())
 
         do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _do
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield url
 
 
 def write_kubeconfig(path: Path, server: str, namespace: str | None = None) -> Path:

@@ -300,30 +300,18 @@ def test_the_rollout_pod_template_is_what_submit_sends(fake):
 
 # -- the worker's readiness wait ---------------------------------------------------------------------
 def test_worker_waits_for_its_servers_then_gives_up_with_exit_3(tmp_path, cli):
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
+    from tests.http_stub import QuietHandler, serving
     from thicket.readiness import wait_ready
 
     answers = iter([503, 503, 200])
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self):
-            self.send_response(next(answers, 200))
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+            self.answer(next(answers, 200))
 
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
-    try:
-        wait_ready([f"http://127.0.0.1:{server.server_address[1]}/ready"], timeout_s=10, interval_s=0.01)
+    with serving(Handler) as url:
+        wait_ready([f"{url}/ready"], timeout_s=10, interval_s=0.01)
         assert next(answers, None) is None  # it asked until the server said yes
-    finally:
-        server.shutdown()
-        server.server_close()
     spec = tmp_path / "s.yaml"
     spec.write_text(yaml.safe_dump({**BASE, "policy": {"kind": "uniform"}, "output": str(tmp_path / "out")}))
     code, _, err = cli("worker", str(spec), "--index", "0", "--wait-for", "http://127.0.0.1:1/v1/models",

@@ -10,17 +10,16 @@ import asyncio
 import json
 import math
 import sys
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
+from tests.http_stub import QuietHandler, serving
 from thicket.errors import BadInput, Unavailable
 from thicket.policy import prompts
 from thicket.policy.base import Messages, Reply
@@ -234,7 +233,7 @@ def chat_body(text: str = "Thought: hi\nAction: inventory") -> dict[str, Any]:
     }
 
 
-class Scripted(BaseHTTPRequestHandler):
+class Scripted(QuietHandler):
     """Answers each POST with the next (status, body, delay) of `script`."""
 
     script: list[tuple[int, Any, float]] = []
@@ -244,31 +243,14 @@ class Scripted(BaseHTTPRequestHandler):
         self.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
         status, body, delay = self.script.pop(0) if len(self.script) > 1 else self.script[0]
         time.sleep(delay)
-        payload = json.dumps(body).encode()
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (timeout test)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+        self.answer(status, json.dumps(body).encode())
 
 
 @contextmanager
 def scripted_server(*script: tuple[int, Any, float]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     handler = type("Handler", (Scripted,), {"script": list(script), "bodies": []})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", handler.bodies
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(handler) as url:
+        yield f"{url}/v1", handler.bodies
 
 
 async def test_5xx_is_retried_then_succeeds() -> None:

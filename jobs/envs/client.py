@@ -34,7 +34,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_e
 
 from thicket import metrics
 from thicket.envs.protocol import ActionFailed, Env, Observation, Transition
-from thicket.envs.transport import LeanTransport
+from thicket.envs.transport import Exchange, HttpxExchange, LeanExchange
 from thicket.errors import BadInput, ThicketError, Unavailable
 
 EPISODE_OVER = Transition(Observation("The episode is over.", ()), 0.0, True)
@@ -84,7 +84,6 @@ class _Busy(Exception):
 
 _GONE = re.compile(r"\bid\b.*\b(not valid|invalid|deleted|not found|does not exist)", re.IGNORECASE)
 _NODELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
-_JSON = {"content-type": "application/json"}
 
 
 def _loads(content: bytes) -> Any:
@@ -277,11 +276,13 @@ AGENTGYM_DIALECTS: dict[str, type[Dialect]] = {
 # --- the client ---------------------------------------------------------------------
 
 
-def default_transport(config: ClientConfig) -> httpx.AsyncBaseTransport:
-    if config.url.startswith("http://"):
-        return LeanTransport(max_idle_per_origin=config.max_connections)
-    limits = httpx.Limits(max_connections=config.max_connections, max_keepalive_connections=config.max_connections)
-    return httpx.AsyncHTTPTransport(limits=limits, socket_options=_NODELAY)
+def default_exchange(config: ClientConfig, transport: httpx.AsyncBaseTransport | None = None) -> Exchange:
+    if transport is None and config.url.startswith("http://"):
+        return LeanExchange(config.url, config.timeout_s, max_idle=config.max_connections)
+    if transport is None:
+        limits = httpx.Limits(max_connections=config.max_connections, max_keepalive_connections=config.max_connections)
+        transport = httpx.AsyncHTTPTransport(limits=limits, socket_options=_NODELAY)
+    return HttpxExchange(transport, config.url, config.timeout_s)
 
 
 @dataclass(frozen=True)
@@ -296,15 +297,8 @@ class EnvClient:
 
     def __init__(self, config: ClientConfig, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.config = config
-        self._http = httpx.AsyncClient(
-            base_url=config.url.rstrip("/"),
-            timeout=config.timeout_s,
-            transport=transport or default_transport(config),
-        )
+        self._exchange = default_exchange(config, transport)
         self._slots = asyncio.Semaphore(config.max_connections)  # connections in use at most
-        self._base = config.url.rstrip("/")
-        self._urls: dict[str, httpx.URL] = {}
-        self._extensions = {"timeout": httpx.Timeout(config.timeout_s).as_dict()}
         self._request_ids = itertools.count(1)
         self.connection_errors = 0
 
@@ -315,7 +309,7 @@ class EnvClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._exchange.aclose()
 
     def request_id(self) -> str:
         return f"{id(self):x}-{next(self._request_ids)}"
@@ -363,26 +357,18 @@ class EnvClient:
         await self.wait_reachable()
         raise ConnectionLost(f"lost the connection to {self.config.url} during {path}")
 
-    def _request(self, method: str, path: str, body: Any, params: dict[str, Any] | None) -> httpx.Request:
-        url = self._urls.get(path)
-        if url is None:
-            url = self._urls[path] = httpx.URL(self._base + path)
-        content = orjson.dumps(body) if body is not None else None
-        return httpx.Request(method, url, params=params, content=content,
-                             headers=_JSON if content is not None else None, extensions=self._extensions)
-
     async def _once(self, method: str, path: str, body: Any, params: dict[str, Any] | None) -> Any:
-        async with self._slots:  # a prepared request skips most of httpx's per-request work
-            response = await self._http.send(self._request(method, path, body, params))
-        if response.status_code == 503:
-            raise _Busy(response.text[:200])
+        async with self._slots:
+            answer = await self._exchange(method, path, orjson.dumps(body) if body is not None else None, params)
+        if answer.status == 503:
+            raise _Busy(answer.text[:200])
         try:
-            payload = _loads(response.content) if response.content else None
+            payload = _loads(answer.content) if answer.content else None
         except orjson.JSONDecodeError:
-            payload = {"error": response.text[:300] or response.reason_phrase}
-            if response.status_code < 400:
-                raise EnvServerError(f"{path}: answer is not JSON: {response.text[:200]!r}", response.status_code) from None
-        problem = _classify(payload, response.status_code)
+            payload = {"error": answer.text[:300] or answer.reason}
+            if answer.status < 400:
+                raise EnvServerError(f"{path}: answer is not JSON: {answer.text[:200]!r}", answer.status) from None
+        problem = _classify(payload, answer.status)
         if problem is not None:
             raise problem
         return payload
@@ -393,7 +379,7 @@ class EnvClient:
             async for attempt in self._retrying():
                 with attempt:
                     async with self._slots:
-                        await self._http.send(self._request("GET", "/", None, None))
+                        await self._exchange("GET", "/")
         except httpx.TransportError as err:
             raise self._unavailable(err) from None
 
@@ -403,8 +389,7 @@ class EnvClient:
         deadline = loop.time() + timeout_s
         while True:
             try:
-                response = await self._http.get("/ready")
-                if response.status_code == 200:
+                if (await self._exchange("GET", "/ready")).status == 200:
                     return
             except httpx.TransportError:
                 pass

@@ -12,6 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import urlencode
 
 import httptools
 import httpx
@@ -111,23 +114,30 @@ class LeanTransport(httpx.AsyncBaseTransport):
         origin = (request.url.host, request.url.port or 80)
         timeouts = request.extensions.get("timeout", {})
         body = await request.aread()
-        connection = await self._connection(origin, request, timeouts.get("connect"))
         try:
-            async with asyncio.timeout(timeouts.get("read")):
-                status, headers, content = await connection.exchange(_head(request, len(body)), body)
+            status, headers, content = await self.send(origin, _head(request, len(body)), body,
+                                                       timeouts.get("connect"), timeouts.get("read"))
+        except httpx.TransportError as err:
+            raise type(err)(str(err), request=request) from None
+        return httpx.Response(status, headers=headers, content=content, request=request)
+
+    async def send(self, origin: Origin, head: bytes, body: bytes, connect_timeout: float | None,
+                   read_timeout: float | None) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """One request already encoded (head and body) -> (status, headers, body)."""
+        connection = await self._connection(origin, connect_timeout)
+        try:
+            async with asyncio.timeout(read_timeout):
+                answer = await connection.exchange(head, body)
         except TimeoutError:
             connection.close()
-            raise httpx.ReadTimeout(f"no response within {timeouts.get('read')} s", request=request) from None
-        except httpx.TransportError as err:
-            connection.close()
-            raise type(err)(str(err), request=request) from None
-        except BaseException:  # cancelled mid-exchange: the connection's state is unknown
+            raise httpx.ReadTimeout(f"no response within {read_timeout} s") from None
+        except BaseException:  # a transport error, or cancelled mid-exchange: the connection's state is unknown
             connection.close()
             raise
         self._release(origin, connection)
-        return httpx.Response(status, headers=headers, content=content, request=request)
+        return answer
 
-    async def _connection(self, origin: Origin, request: httpx.Request, timeout: float | None) -> _Connection:
+    async def _connection(self, origin: Origin, timeout: float | None) -> _Connection:
         idle = self._idle[origin]
         while idle:
             connection = idle.pop()
@@ -138,9 +148,9 @@ class LeanTransport(httpx.AsyncBaseTransport):
             async with asyncio.timeout(timeout):
                 _, connection = await loop.create_connection(_Connection, *origin)
         except TimeoutError:
-            raise httpx.ConnectTimeout(f"cannot connect to {origin[0]}:{origin[1]} within {timeout} s", request=request) from None
+            raise httpx.ConnectTimeout(f"cannot connect to {origin[0]}:{origin[1]} within {timeout} s") from None
         except OSError as err:
-            raise httpx.ConnectError(f"cannot connect to {origin[0]}:{origin[1]}: {err.strerror or err}", request=request) from None
+            raise httpx.ConnectError(f"cannot connect to {origin[0]}:{origin[1]}: {err.strerror or err}") from None
         return connection
 
     def _release(self, origin: Origin, connection: _Connection) -> None:
@@ -172,3 +182,87 @@ def _head(request: httpx.Request, length: int) -> bytes:
     if not has_length and (length or request.method in ("POST", "PUT", "PATCH")):
         lines.append(b"content-length: " + str(length).encode())
     return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+# --- whole requests to one base URL -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A whole HTTP answer."""
+
+    status: int
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        return self.content.decode(errors="replace")
+
+    @property
+    def reason(self) -> str:
+        return httpx.codes.get_reason_phrase(self.status)
+
+
+class Exchange(Protocol):
+    """Sends one request to a base URL and returns the whole answer (httpx's errors on failure)."""
+
+    async def __call__(self, method: str, path: str, content: bytes | None = None,
+                       params: dict[str, Any] | None = None) -> Answer: ...
+
+    async def aclose(self) -> None: ...
+
+
+class LeanExchange:
+    """Requests to an http:// base URL encoded straight to bytes for a LeanTransport: no
+    httpx.Request or Response objects on the way (building them was half of a step's client CPU)."""
+
+    def __init__(self, base_url: str, timeout_s: float, max_idle: int = 64) -> None:
+        url = httpx.URL(base_url)
+        if url.scheme != "http":
+            raise ValueError(f"LeanExchange speaks http:// only, not {url.scheme}://")
+        self.transport = LeanTransport(max_idle_per_origin=max_idle)
+        self.origin = (url.host, url.port or 80)
+        self.base_path = url.raw_path.rstrip(b"/")
+        self.host = url.netloc
+        self.timeout_s = timeout_s
+
+    async def __call__(self, method: str, path: str, content: bytes | None = None,
+                       params: dict[str, Any] | None = None) -> Answer:
+        target = self.base_path + path.encode()
+        if params:
+            target += b"?" + urlencode(params).encode()
+        lines = [method.encode() + b" " + target + b" HTTP/1.1", b"host: " + self.host]
+        if content is not None:
+            lines += [b"content-type: application/json", b"content-length: " + str(len(content)).encode()]
+        elif method in ("POST", "PUT", "PATCH"):
+            lines.append(b"content-length: 0")
+        head = b"\r\n".join(lines) + b"\r\n\r\n"
+        status, _, body = await self.transport.send(self.origin, head, content or b"", self.timeout_s, self.timeout_s)
+        return Answer(status, body)
+
+    async def aclose(self) -> None:
+        await self.transport.aclose()
+
+
+class HttpxExchange:
+    """The same over any httpx transport (https://, or a test's transport)."""
+
+    def __init__(self, transport: httpx.AsyncBaseTransport, base_url: str, timeout_s: float) -> None:
+        self.transport = transport
+        self.base = base_url.rstrip("/")
+        self.extensions = {"timeout": httpx.Timeout(timeout_s).as_dict()}
+
+    async def __call__(self, method: str, path: str, content: bytes | None = None,
+                       params: dict[str, Any] | None = None) -> Answer:
+        headers = {"content-type": "application/json"} if content is not None else None
+        request = httpx.Request(method, self.base + path, params=params, content=content, headers=headers,
+                                extensions=self.extensions)
+        response = await self.transport.handle_async_request(request)
+        try:
+            body = await response.aread()
+        finally:
+            await response.aclose()
+        return Answer(response.status_code, body)
+
+    async def aclose(self) -> None:
+        await self.transport.aclose()

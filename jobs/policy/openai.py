@@ -20,12 +20,13 @@ from __future__ import annotations
 import logging
 import re
 import time
-from itertools import accumulate
 from dataclasses import dataclass, field
+from functools import partial
+from itertools import accumulate
 from typing import Any
 
 import httpx
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_delay, wait_exponential
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential
 
 from thicket import metrics
 from thicket.errors import BadInput, Unavailable
@@ -189,14 +190,16 @@ class OpenAIPolicy(Policy):
             await self._client.aclose()
             self._client = None
 
-    async def _send(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
-        """One HTTP call, retried on connection errors and 5xx; errors become ThicketErrors."""
+    async def _send(self, method: str, path: str, body: dict[str, Any] | None = None,
+                    startup: bool = False) -> httpx.Response:
+        """One HTTP call, retried on connection errors and 5xx; errors become ThicketErrors.
+        At start-up, nothing listening for startup_connect_s is a wrong URL (BadInput)."""
         url = f"{self.base_url}{path}"
         retrying = AsyncRetrying(
             retry=retry_if_exception(_retryable),
             wait=wait_exponential(multiplier=self.config.retry_backoff_s, max=5.0),
-            stop=self._give_up,
-            before_sleep=self._log_retry,
+            stop=self._give_up_at_startup if startup else self._give_up,
+            before_sleep=partial(self._log_retry, startup=startup),
             reraise=True,
         )
         try:
@@ -206,6 +209,10 @@ class OpenAIPolicy(Policy):
                     if response.status_code >= 500:
                         raise _ServerError(response.status_code, _error_message(response))
         except _CONNECTION_ERRORS as exc:
+            if startup and (reason := nobody_listens(exc)):
+                raise BadInput(f"{self.config.url_field}: nothing answers at {self.base_url} ({reason}, "
+                               f"for {self.config.startup_connect_s:g}s): check the URL and that the "
+                               "server is running") from None
             raise Unavailable(f"cannot reach the policy server at {self.base_url} for "
                               f"{self.config.retry_deadline_s:g}s: {exc!r}") from None
         except _ServerError as exc:
@@ -223,12 +230,20 @@ class OpenAIPolicy(Policy):
             return state.attempt_number > self.config.max_retries
         return (state.seconds_since_start or 0.0) >= self.config.retry_deadline_s
 
-    def _log_retry(self, state: RetryCallState) -> None:
+    def _give_up_at_startup(self, state: RetryCallState) -> bool:
+        """As _give_up, and also once nothing has listened at the URL for startup_connect_s."""
+        err = state.outcome.exception() if state.outcome is not None else None
+        waited = (state.seconds_since_start or 0.0) >= self.config.startup_connect_s
+        return self._give_up(state) or (waited and err is not None and nobody_listens(err) is not None)
+
+    def _log_retry(self, state: RetryCallState, startup: bool = False) -> None:
         metrics.RETRIES.labels("llm").inc()
         exc = state.outcome.exception() if state.outcome is not None else None
+        # waiting at start-up for a server that is not listening yet is expected, not a warning
+        level = logging.DEBUG if startup and exc is not None and nobody_listens(exc) else logging.WARNING
         if state.attempt_number == 1 or state.attempt_number % 10 == 0:
-            log.warning("policy server %s: %s; retrying (attempt %d, %.0f s so far)", self.base_url,
-                        type(exc).__name__ if exc else "?", state.attempt_number, state.seconds_since_start or 0.0)
+            log.log(level, "policy server %s: %s; retrying (attempt %d, %.0f s so far)", self.base_url,
+                    type(exc).__name__ if exc else "?", state.attempt_number, state.seconds_since_start or 0.0)
 
     async def _chat(self, messages: Messages, body: dict[str, Any], keep_last: int = 0) -> tuple[dict[str, Any], float]:
         """POST /chat/completions; on a context-length 400, drop the oldest exchange and retry."""
@@ -259,9 +274,7 @@ class OpenAIPolicy(Policy):
     # -- Policy -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        response = await self._first_contact()
-        if response.status_code >= 500:
-            response = await self._send("GET", "/models")  # up but failing: retried as mid-run
+        response = await self._send("GET", "/models", startup=True)
         if response.status_code != 200:
             raise BadInput(f"{self.config.url_field}: {self.base_url}/models answered HTTP {response.status_code}: "
                            f"{_error_message(response)}")
@@ -272,28 +285,6 @@ class OpenAIPolicy(Policy):
         if self.config.model not in served:
             raise BadInput(f"policy.model: '{self.config.model}' is not served at {self.base_url}; "
                            f"it serves: {', '.join(served) or 'nothing'}")
-
-    async def _first_contact(self) -> httpx.Response:
-        """GET /models, trying again while nothing listens at the URL; still nothing after
-        startup_connect_s is a wrong URL (BadInput). Other failures go through _send's retries."""
-        retrying = AsyncRetrying(
-            retry=retry_if_exception(lambda e: isinstance(e, httpx.TransportError) and nobody_listens(e) is not None),
-            wait=wait_exponential(multiplier=0.05, max=2.0),
-            stop=stop_after_delay(self.config.startup_connect_s),
-            reraise=True,
-        )
-        try:
-            async for attempt in retrying:
-                with attempt:
-                    return await self.client.get(f"{self.base_url}/models")
-        except httpx.TransportError as exc:
-            reason = nobody_listens(exc)
-            if reason is None:
-                return await self._send("GET", "/models")
-            raise BadInput(f"{self.config.url_field}: nothing answers at {self.base_url} ({reason}, "
-                           f"for {self.config.startup_connect_s:g}s): check the URL and that the "
-                           "server is running") from None
-        raise AssertionError("unreachable")
 
     def _sampling(self, n: int, seed: int, temperature: float | None, max_tokens: int) -> dict[str, Any]:
         return {

@@ -61,8 +61,9 @@ class ContentGuard:
         safe = valid_utf8(text)
         if safe is not text:
             self.faults[Fault.INVALID_UTF8] += 1
-        cleaned = _CONTROL.sub("", safe)
-        if len(cleaned) != len(safe):
+        cleaned = safe
+        if _CONTROL.search(safe):  # rare: only then build a new string
+            cleaned = _CONTROL.sub("", safe)
             self.faults[Fault.CONTROL_CHARS] += 1
         if len(cleaned) > self.max_observation_chars:
             self.faults[Fault.OBSERVATION_CUT] += 1

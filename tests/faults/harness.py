@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import yaml
 
@@ -129,6 +130,11 @@ class TcpRelay:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
                 sock.close()
+
+
+def trees(sweep_uri: str) -> pa.Table:
+    """Every committed tree of the sweep, in one table."""
+    return pa.concat_tables(table for _, table in iter_shards(open_store(sweep_uri)))
 
 
 def commits(store: Store) -> int:

@@ -21,15 +21,14 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from string import Template
 
 import pytest
 
+from tests.http_stub import QuietHandler, serving
 from thicket import cli
 
 THICKET = str(Path(sys.executable).parent / "thicket")
@@ -174,37 +173,23 @@ SUBPROCESS_CASES = ("not-yaml", "unknown-option", "policy-url-nothing-listens", 
 # -- servers ---------------------------------------------------------------------------------
 
 
-class _Models(BaseHTTPRequestHandler):
+class _Models(QuietHandler):
     """/v1: an OpenAI-compatible API root that serves one model, "other"; /html: a web page."""
 
     def do_GET(self) -> None:
         path = self.path.rstrip("/")
         if path == "/v1/models":
-            status, kind, body = 200, "application/json", json.dumps({"object": "list", "data": [{"id": "other"}]})
+            self.answer(200, json.dumps({"object": "list", "data": [{"id": "other"}]}).encode())
         elif path.startswith("/html"):
-            status, kind, body = 200, "text/html", "<html><body>a web page</body></html>"
+            self.answer(200, b"<html><body>a web page</body></html>", "text/html")
         else:
-            status, kind, body = 404, "application/json", json.dumps({"error": {"message": "not found"}})
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body.encode())))
-        self.end_headers()
-        self.wfile.write(body.encode())
-
-    def log_message(self, *args: object) -> None:
-        pass
+            self.answer(404, json.dumps({"error": {"message": "not found"}}).encode())
 
 
 @pytest.fixture(scope="module")
 def models_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Models)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_Models) as url:
+        yield url
 
 
 def dead_url() -> str:

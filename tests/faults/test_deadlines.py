@@ -5,19 +5,14 @@ from __future__ import annotations
 
 import time
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
-from tests.faults.harness import NAME, assert_each_task_committed_once, sweep_spec, thicket
-from thicket.storage.shards import committed_task_ids, iter_shards
+from tests.faults.harness import NAME, assert_each_task_committed_once, sweep_spec, thicket, trees
+from thicket.storage.shards import committed_task_ids
 from thicket.storage.store import open_store
 
 SLOW = {"latency_s": 0.05, "concurrency": 2}
 BIG = {"iterations": 400, "expansions": 3, "max_depth": 12, "max_nodes": 100_000}
-
-
-def trees(uri: str) -> pa.Table:
-    return pa.concat_tables(table for _, table in iter_shards(open_store(uri)))
 
 
 def test_a_task_past_its_deadline_is_stored_as_timed_out(tmp_path):

@@ -12,22 +12,15 @@ import sys
 from pathlib import Path
 
 import httpx
-import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from tests.faults.harness import NAME, ROOT, assert_each_task_committed_once, sweep_spec, thicket, wait_until
+from tests.faults.harness import NAME, ROOT, assert_each_task_committed_once, sweep_spec, thicket, trees, wait_until
 from tests.faults.hostile import INVALID_UTF8, HostileModel
 from tests.s3_server import free_port
 from thicket.search.guard import ContentGuard, Fault
-from thicket.storage.shards import iter_shards
-from thicket.storage.store import open_store
 
 TASKS = list(range(4))
-
-
-def trees(uri: str) -> pa.Table:
-    return pa.concat_tables(table for _, table in iter_shards(open_store(uri)))
 
 
 def test_hostile_model_replies_become_stored_leaves_and_a_named_fault(tmp_path):
