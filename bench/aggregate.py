@@ -7,9 +7,10 @@
 Trees are generated with numpy in TREE_SCHEMA (random shapes, sampled ids with consistent
 compressed contexts, some cut by a token, rewards, values, visits, texts) and committed
 with write_shard. The aggregation runs in a child process so its peak RSS is its own.
---stages N adds the CPU time of each stage over the first N trees, on one thread: decode
-and the part writer run on background threads in an aggregation, building rows on the
-thread that holds the GIL most, so the largest of those bounds the rate on 2 cores.
+--stages N adds the CPU time of each stage over the first N trees (in the batches the
+aggregation builds at once), on one thread: decoding and the part writer (Parquet encoding,
+per dataset) run on background threads in an aggregation, building rows on the main
+thread; on 2 cores the rate is bounded by half their sum, and by the largest of the three.
 Goals: >= 200,000 nodes/s on 2 cores, peak RSS < 1 GB.
 """
 
@@ -186,10 +187,10 @@ def stages(folder: str, trees: int) -> None:
     """CPU microseconds per node of each aggregation stage over the first `trees` trees."""
     from thicket.aggregate import dpo, revision, sft, stats, tokens
     from thicket.aggregate.chats import Chats
-    from thicket.aggregate.driver import DATASET_SCHEMAS, Job, build_view
+    from thicket.aggregate.driver import DATASET_SCHEMAS, Job, build_forest
     from thicket.aggregate.params import DatasetsSpec
-    from thicket.aggregate.source import committed, decode, fetch
-    from thicket.aggregate.writer import MAX_ROWS, DatasetWriter, parquet_bytes
+    from thicket.aggregate.source import batches, committed, decode, fetch
+    from thicket.aggregate.writer import DatasetWriter
 
     class Unwritten(ThreadPoolExecutor):  # the writers' parts are encoded below, on their own
         def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
@@ -198,8 +199,8 @@ def stages(folder: str, trees: int) -> None:
             return done
 
     store = LocalStore(folder)
-    shards = list(fetch(store, committed(store)[:trees]))
-    nodes = sum(marker.rows for marker, _ in shards)
+    groups = list(fetch(store, batches(committed(store)[:trees])))
+    nodes = sum(marker.rows for shards in groups for marker, _ in shards)
     params = DatasetsSpec()
     spent: dict[str, float] = {}
 
@@ -209,30 +210,30 @@ def stages(folder: str, trees: int) -> None:
         spent[stage] = spent.get(stage, 0.0) + time.thread_time() - started
         return out
 
-    views = [timed("decode (background)", decode, marker, data, True) for marker, data in shards]
-    for view in views:
-        timed("stats", stats.SweepStats().add, view)
-        chats = Chats(view)
-        timed("sft", sft.sft_tables, view, params.sft, chats)
-        timed("dpo", dpo.dpo_table, view, params.dpo, chats)
-        timed("revision", revision.revision_table, view, params.revision, None, chats)
-        timed("tokens", tokens.token_rows, view)
-    outputs = [build_view(Job(params), decode(marker, data, True)) for marker, data in shards]
+    forests = [timed("decode (background)", decode, shards) for shards in groups]
+    for forest in forests:
+        timed("stats", stats.SweepStats().add, forest)
+        chats = Chats(forest)
+        timed("sft", sft.sft_tables, forest, params.sft, chats)
+        timed("dpo", dpo.dpo_table, forest, params.dpo, chats)
+        timed("revision", revision.revision_table, forest, params.revision, None, chats)
+        timed("tokens", tokens.token_rows, forest)
+    outputs = [build_forest(Job(params), decode(shards)) for shards in groups]
     unwritten = Unwritten()
-    writers = {name: DatasetWriter(store, name, schema, d, pool=unwritten) for name, (schema, d) in DATASET_SCHEMAS.items()}
+    writers = {name: DatasetWriter(store, name, s, e, pool=unwritten) for name, (s, e) in DATASET_SCHEMAS.items()}
     for output in outputs:
         for name, table in output.tables.items():
             timed("add rows (background)", writers[name].add, table)
-    for name, (_, dictionary) in DATASET_SCHEMAS.items():
+    for name, (_, encoding) in DATASET_SCHEMAS.items():
         tables = [o.tables[name] for o in outputs if name in o.tables]
         if tables:
             table = pa.concat_tables(tables).combine_chunks()
-            for start in range(0, table.num_rows, MAX_ROWS):
-                timed("encode (background)", parquet_bytes, table.slice(start, MAX_ROWS), dictionary)
+            for start in range(0, table.num_rows, writers[name].max_rows):
+                timed(f"encode {name} (background)", encoding.parquet, table.slice(start, writers[name].max_rows))
     building = sum(t for stage, t in spent.items() if "background" not in stage)
-    print(f"stages over {len(shards)} trees, {nodes:,} nodes, CPU us per node on one thread:")
-    for stage, seconds in [*spent.items(), ("building rows, all", building)]:
-        print(f"  {stage:<24}{seconds / nodes * 1e6:7.2f}")
+    print(f"stages over {nodes:,} nodes ({sum(map(len, groups))} trees), CPU us per node on one thread:")
+    for stage, seconds in [*spent.items(), ("building rows, all", building), ("all", sum(spent.values()))]:
+        print(f"  {stage:<32}{seconds / nodes * 1e6:7.2f}")
 
 
 def tree_rss(pid: int) -> int:

@@ -22,6 +22,8 @@ from hypothesis import strategies as st
 from scripted import WordEnv
 from thicket.aggregate.dpo import dpo_table
 from thicket.aggregate.driver import TreeOutput, aggregate
+from thicket.aggregate.forest import Forest, MalformedShard
+from thicket.aggregate.pairs import grid_pairs
 from thicket.aggregate.params import DatasetsSpec, DPOParams, RevisionParams, SFTParams
 from thicket.aggregate.revision import REVISION_THOUGHTS, revision_table
 from thicket.aggregate.sft import sft_tables
@@ -309,6 +311,112 @@ def test_token_rows_align_and_reproduce_the_contexts(tree):
         assert r["group_id"] == r["tree_id"] == 0 and r["stop_reason"] == leaf["stop_reason"]
 
 
+# ---- forests: the trees of a batch built at once ------------------------------------------
+
+
+def judge_by_text(request: httpx.Request) -> httpx.Response:
+    """A verifier whose verdict depends only on the judged step's observation."""
+    observation = json.loads(request.content)["messages"][-2]["content"]
+    verdict = "Bad" if hashlib.sha256(observation.encode()).digest()[0] % 3 == 0 else "Good"
+    return httpx.Response(200, json={"choices": [{"message": {"content": f"Judgement: {verdict}"}}]})
+
+
+def concat(tables: list[pa.Table | None]) -> pa.Table | None:
+    present = [t for t in tables if t is not None]
+    return pa.concat_tables(present).combine_chunks() if present else None
+
+
+def same(a: pa.Table | None, b: pa.Table | None) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None and a.combine_chunks().equals(b))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.tuples(st.integers(0, 2**32 - 1), st.integers(1, 40), st.booleans()), min_size=1, max_size=6),
+    st.booleans(),
+)
+def test_a_forest_gives_the_rows_of_its_trees_built_one_by_one(specs, judged):
+    tables = [random_tree(seed, n, task=3 * i + 1, token_ids=ids)[0] for i, (seed, n, ids) in enumerate(specs)]
+    forest, alone = Forest.of(tables), [TreeView.of(t) for t in tables]
+    dpo = DPOParams(beta=0.25, min_visits=1, max_trajectory_pairs_per_task=3)
+    revision = RevisionParams(alpha=0.0, beta=0.0, max_per_task=3)
+    verifier = None
+    if judged:
+        verifier = Verifier(VerifierConfig("http://verifier/v1", "judge"), httpx.Client(transport=httpx.MockTransport(judge_by_text)))
+    for build in (
+        lambda f: (sft_tables(f, SFTParams()) or (None, None))[0],
+        lambda f: (sft_tables(f, SFTParams(min_reward=1.0)) or (None, None))[1],
+        lambda f: dpo_table(f, dpo),
+        lambda f: revision_table(f, revision, verifier),
+        lambda f: token_rows(f).table,
+    ):
+        assert same(concat([build(view) for view in alone]), build(forest))
+    tokens = [token_rows(view) for view in alone]
+    together = token_rows(forest)
+    assert together.no_token_ids == sum(t.no_token_ids for t in tokens)
+    assert together.not_append_only == sum(t.not_append_only for t in tokens)
+    one_by_one = SweepStats()
+    for view in alone:
+        stats = SweepStats()
+        stats.add(view)
+        one_by_one.merge(stats)
+    at_once = SweepStats()
+    at_once.add(forest)
+    assert at_once.to_json({}) == one_by_one.to_json({})
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**32 - 1), st.sampled_from([None, 0.0, 0.25, 0.5]), st.integers(0, 5))
+def test_pairs_from_the_cut_grid_are_those_of_the_whole_grid(seed, gap, cap):
+    rng = random.Random(seed)
+    forest = Forest.of([random_tree(rng.randrange(2**32), rng.randint(1, 40), task=i)[0] for i in range(rng.randint(1, 4))])
+    score = np.array([rng.choice((0.0, 0.25, 0.5, 1.0, float("nan"))) for _ in range(forest.size)])
+    good = forest.ranked(np.flatnonzero([rng.random() < 0.4 for _ in range(forest.size)]), -score, forest.depth)
+    bad = forest.ranked(np.flatnonzero([rng.random() < 0.6 for _ in range(forest.size)]), score, forest.depth)
+    expected = []
+    for k in range(forest.n_trees):  # the whole grid, walked until `cap` pairs count
+        g, b = [v for v in good if forest.tree_of[v] == k], [v for v in bad if forest.tree_of[v] == k]
+        walk = [(g[i], b[j]) for total in range(len(g) + len(b)) for i in range(total + 1) for j in [total - i]
+                if i < len(g) and j < len(b)]  # by rank sum, then good rank
+        ok = [(x, y) for x, y in walk if (score[x] > score[y] if gap is None else score[x] - score[y] > gap)]
+        expected += ok[:cap]
+    chosen, rejected = grid_pairs(forest, good, bad, score, cap, gap)
+    assert list(zip(chosen.tolist(), rejected.tolist())) == expected
+
+
+def test_a_malformed_shard_is_named_with_what_is_wrong(tmp_path):
+    good, _ = random_tree(7, max_nodes=30)
+    n = good.num_rows
+    column = good.schema.get_field_index
+
+    def with_values(name: str, values: list) -> pa.Table:
+        return good.set_column(column(name), name, pa.array(values, good.schema.field(name).type))
+
+    parents, depths = good.column("parent").to_pylist(), good.column("depth").to_pylist()
+    last = parents[-1]
+    cases = {
+        "empty shard": good.slice(0, 0),
+        "null parent": with_values("parent", [*parents[:-1], None]),
+        "a shard holds one tree": with_values("tree", [0] * (n - 1) + [1]),
+        "rows are not in canonical breadth-first order": good.take([0, 2, 1, *range(3, n)]),
+    }
+    cases["not its own parent"] = with_values("parent", [*parents[:-1], n - 1])
+    cases["depth"] = with_values("depth", [*depths[:-1], depths[-1] + 1])
+    cases["siblings apart"] = with_values("parent", [*parents[:-2], last, parents[-2]]) if parents[-2] != last else None
+    for case, table in cases.items():
+        if table is None:
+            continue
+        message = case if case.startswith(("empty", "null", "a shard")) else "canonical breadth-first order"
+        with pytest.raises(MalformedShard, match=message) as raised:
+            Forest.of([good, good, table, good])
+        assert raised.value.index == 2, case
+    store = LocalStore(tmp_path / "sweep")
+    for task, table in enumerate([good, good, cases["a shard holds one tree"]]):
+        write_shard(store, task, table, "test")
+    with pytest.raises(BadInput, match=r"task-00000002\.\w+\.parquet: a shard holds one tree"):
+        aggregate(str(tmp_path / "sweep"), workers=0)
+
+
 # ---- trees grown by the real search code, with a tokenizing policy ------------------------
 
 
@@ -483,12 +591,24 @@ def test_aggregation_writes_bounded_parts_a_manifest_last_and_is_idempotent(tmp_
     assert files_under(out) == first
     aggregate(str(sweep), max_rows=7, workers=2)  # worker processes build the same rows
     assert files_under(out) == first
+    rows = dataset_rows(out)
     small = {"max_rows": 50, "max_bytes": 3_000}  # parts cut by Arrow bytes, which depend on the layout
     aggregate(str(sweep), **small)
     inline = files_under(out)
     assert inline != first
     aggregate(str(sweep), **small, workers=1)
     assert files_under(out) == inline
+    many = {**small, "batch_nodes": 100}  # many forests: each tree's rows in the same order
+    aggregate(str(sweep), **many)
+    inline = files_under(out)
+    aggregate(str(sweep), **many, workers=2)
+    assert files_under(out) == inline
+    assert dataset_rows(out) == rows and json.loads((out / "stats.json").read_text()) == stats
+
+
+def dataset_rows(out: Path) -> dict[str, list[dict]]:
+    parts = {p.name: sorted(p.glob("*.parquet")) for p in sorted(out.iterdir()) if p.is_dir()}
+    return {name: [row for f in files for row in pq.read_table(f).to_pylist()] for name, files in parts.items()}
 
 
 def test_tables_from_worker_processes_keep_their_arrow_layout():

@@ -1,34 +1,29 @@
-"""Chats of one tree as lists of message ids, turned into Arrow columns in one go.
+"""Chats of a forest's nodes as message ids, turned into Arrow columns with one gather.
 
-Message ids: 0 the system message; 1 + 2v the user turn of node v (its observation);
-2 + 2v the assistant turn that led to v (its reply); past 2n, extra messages (revision
-turns). Rows are built as id arrays (numpy for many chats at once, lists for a few),
-and a column's texts are gathered with one `take` from the tree's message texts.
+Message ids, N nodes and K trees: [0, N) the user turn of node v (its observation as the
+model saw it); [N, 2N) the assistant turn that led to v (its reply); [2N, 2N + K) tree k's
+system prompt; then extra messages (revision turns). The chat the policy saw at v is the
+system prompt, user(root), then per step s of v's path assistant(s), user(s).
+
+Rows are cut out of a grid of each path's turns (see `turns`), so that any chat that runs
+along a path (the chat at a node, a continuation past a shared prefix) is one slice of it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import chain
 
 import numpy as np
 import pyarrow as pa
 
-from thicket.aggregate.view import TreeView
+from thicket.aggregate.forest import Forest
 
-SYSTEM = 0
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
 LOSS_MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string()), ("loss", pa.bool_())])
 ROLE_NAMES = ("system", "user", "assistant")
 ROLES = pa.array(ROLE_NAMES)
-
-
-def user(node: int) -> int:
-    return 1 + 2 * node
-
-
-def assistant(node: int) -> int:
-    return 2 + 2 * node
+SYSTEM, USER, ASSISTANT = range(3)
 
 
 @dataclass(frozen=True)
@@ -39,103 +34,88 @@ class ChatIds:
     lengths: np.ndarray
 
     @classmethod
-    def of(cls, chats: list[list[int]]) -> ChatIds:
-        lengths = np.fromiter(map(len, chats), np.int64, len(chats))
-        return cls(np.fromiter(chain.from_iterable(chats), np.int64, int(lengths.sum())), lengths)
+    def join(cls, *parts: ChatIds) -> ChatIds:
+        """Row i: parts[0]'s row i, then parts[1]'s, ... (every part has the same rows)."""
+        rows = np.concatenate([np.repeat(np.arange(len(p.lengths)), p.lengths) for p in parts])
+        order = np.argsort(rows, kind="stable")
+        return cls(np.concatenate([p.ids for p in parts])[order], sum(p.lengths for p in parts))
 
-    @classmethod
-    def concat(cls, parts: list[ChatIds]) -> ChatIds:
-        return cls(np.concatenate([p.ids for p in parts]), np.concatenate([p.lengths for p in parts]))
-
-
-def chat_ids(view: TreeView, nodes: np.ndarray) -> ChatIds:
-    """The chat the policy saw at each of `nodes`: system, user(root), then per step of the
-    path assistant(step), user(step)."""
-    nodes = np.asarray(nodes, dtype=np.int64)
-    lengths = 2 + 2 * view.depth[nodes]
-    steps = view.ancestors(nodes)[:, 1:]
-    grid = np.empty((len(nodes), 2 + 2 * steps.shape[1]), dtype=np.int64)
-    grid[:, 0] = SYSTEM
-    grid[:, 1] = user(0)
-    grid[:, 2::2] = 2 + 2 * steps
-    grid[:, 3::2] = 1 + 2 * steps
-    return ChatIds(grid[np.arange(grid.shape[1]) < lengths[:, None]], lengths)
+    def offsets(self) -> pa.Array:
+        out = np.zeros(len(self.lengths) + 1, dtype=np.int32)
+        np.cumsum(self.lengths, out=out[1:])
+        return pa.array(out)
 
 
 @dataclass
 class Chats:
-    view: TreeView
+    forest: Forest
     extra: dict[tuple[str, str], int] = field(default_factory=dict)
-    _memo: dict[int, list[int]] = field(default_factory=dict)
-    _by_id: tuple[int, pa.Array, pa.Array] | None = None  # (extras, roles, contents) by message id
+    _by_id: tuple[int, np.ndarray, pa.Array] | None = None  # (extras, role codes, contents) by message id
 
-    def chat(self, node: int) -> list[int]:
-        """The exact chat the policy saw at `node` (its children were sampled from it)."""
-        memo = self._memo
-        if not memo:
-            memo[0] = [SYSTEM, user(0)]
-        missing = []
-        while node not in memo:
-            missing.append(node)
-            node = self.view.parent_of(node)
-        for step in reversed(missing):
-            memo[step] = [*memo[node], assistant(step), user(step)]
-            node = step
-        return memo[node]
-
-    def upto_reply(self, node: int) -> list[int]:
-        """The chat that ends on the reply leading to `node` (without its observation)."""
-        return [*self.chat(self.view.parent_of(node)), assistant(node)]
+    def turns(self, paths: np.ndarray) -> np.ndarray:
+        """Per row of `paths` (ancestors by depth, see Forest.ancestors), message ids by
+        position: 2d the assistant turn of the step at depth d (at 0, the system prompt),
+        2d + 1 its user turn. The chat at the node of depth D is row[:2D + 2]; the turns
+        after depth S up to its reply, row[2S + 2:2D + 1]."""
+        n = self.forest.size
+        grid = np.empty((len(paths), 2 * paths.shape[1]), dtype=np.int64)
+        grid[:, 0::2] = n + paths
+        grid[:, 1::2] = paths
+        grid[:, 0] = 2 * n + self.forest.tree_of[paths[:, 0]]
+        return grid
 
     @staticmethod
-    def continuation(path: list[int]) -> list[int]:
-        """Turns for consecutive steps `path`, ending on the last assistant turn."""
-        out: list[int] = []
-        for step in path:
-            out += (assistant(step), user(step))
-        return out[:-1]
+    def cut(grid: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> ChatIds:
+        """Row i: grid[i, lo[i]:hi[i]]."""
+        columns = np.arange(grid.shape[1])
+        return ChatIds(grid[(columns >= lo[:, None]) & (columns < hi[:, None])], hi - lo)
 
-    def is_assistant(self, message: int) -> bool:
-        return 0 < message <= 2 * self.view.size and message % 2 == 0
+    def chat(self, node: int) -> ChatIds:
+        """The exact chat the policy saw at `node` (its children were sampled from it)."""
+        depth = self.forest.depth[node : node + 1]
+        return self.cut(self.turns(self.forest.ancestors(np.array([node]))), np.zeros_like(depth), 2 * depth + 2)
 
-    def messages(self, chat: list[int]) -> list[dict[str, str]]:
-        """One chat as {role, content} dicts (for requests, not for rows)."""
-        return self.column([chat]).to_pylist()[0]
+    def is_assistant(self, ids: np.ndarray) -> np.ndarray:
+        n = self.forest.size
+        return (ids >= n) & (ids < 2 * n)
 
     def add(self, role: str, content: str) -> int:
         """The id of an extra message."""
-        return self.extra.setdefault((role, content), 1 + 2 * self.view.size + len(self.extra))
+        first = 2 * self.forest.size + self.forest.n_trees
+        return self.extra.setdefault((role, content), first + len(self.extra))
 
-    def column(self, chats: list[list[int]], loss: list[list[bool]] | None = None) -> pa.Array:
-        """A list<struct<role, content[, loss]>> column, one chat per row."""
-        flags = None if loss is None else np.fromiter(chain.from_iterable(loss), np.bool_)
-        return self.column_of(ChatIds.of(chats), flags)
+    def messages(self, chat: ChatIds) -> list[dict[str, str]]:
+        """One chat as {role, content} dicts (for requests, not for rows)."""
+        return self.column(chat).to_pylist()[0]
 
-    def column_of(self, chats: ChatIds, loss: np.ndarray | None = None) -> pa.Array:
-        """As column(), from id arrays (and a loss flag per message)."""
-        roles, contents = self._gather(chats.ids)
-        fields, names = [roles, contents], ["role", "content"]
+    def column(self, chats: ChatIds, loss: np.ndarray | None = None) -> pa.Array:
+        """A list<struct<role, content[, loss]>> column, one chat per row (and a loss flag
+        per message)."""
+        if self._by_id is None or self._by_id[0] != len(self.extra):
+            self._by_id = (len(self.extra), *self._messages())
+        _, codes, contents = self._by_id
+        ids = pa.array(chats.ids)
+        fields, names = [ROLES.take(pa.array(codes[chats.ids])), contents.take(ids)], ["role", "content"]
         if loss is not None:
             fields.append(pa.array(loss, pa.bool_()))
             names.append("loss")
-        offsets = np.zeros(len(chats.lengths) + 1, dtype=np.int32)
-        np.cumsum(chats.lengths, out=offsets[1:])
-        return pa.ListArray.from_arrays(pa.array(offsets), pa.StructArray.from_arrays(fields, names=names))
+        return pa.ListArray.from_arrays(chats.offsets(), pa.StructArray.from_arrays(fields, names=names))
 
-    def _gather(self, ids: np.ndarray) -> tuple[pa.Array, pa.Array]:
-        """Each message's role and content, in order."""
-        if self._by_id is None or self._by_id[0] != len(self.extra):
-            self._by_id = (len(self.extra), *self._messages())
-        rows = pa.array(ids)
-        return self._by_id[1].take(rows), self._by_id[2].take(rows)
-
-    def _messages(self) -> tuple[pa.Array, pa.Array]:
-        """Every message's role and content, by id."""
-        ids = np.arange(1 + 2 * self.view.size)
-        codes = np.where(ids == SYSTEM, ROLE_NAMES.index("system"), 2 - (ids & 1))  # odd: user, even: assistant
-        texts = self.view.message_texts
-        if self.extra:
-            extras = list(self.extra)
-            codes = np.r_[codes, [ROLE_NAMES.index(role) for role, _ in extras]]
-            texts = pa.concat_arrays([texts, pa.array([c for _, c in extras], pa.string())])
-        return ROLES.take(pa.array(codes)), texts
+    def _messages(self) -> tuple[np.ndarray, pa.Array]:
+        """Every message's role code and content, by id."""
+        forest, n = self.forest, self.forest.size
+        extras: Sequence[tuple[str, str]] = list(self.extra)
+        codes = np.repeat(
+            np.array([USER, ASSISTANT, SYSTEM, *(ROLE_NAMES.index(role) for role, _ in extras)], dtype=np.int8),
+            [n, n, forest.n_trees, *([1] * len(extras))],
+        )
+        table = forest.table
+        texts = pa.concat_arrays(
+            [
+                table.column("user_message").chunk(0).cast(pa.string()),
+                table.column("reply").chunk(0).cast(pa.string()),
+                table.column("system_prompt").chunk(0).take(pa.array(forest.roots)).cast(pa.string()),
+                pa.array([content for _, content in extras], pa.string()),
+            ]
+        )
+        return codes, texts

@@ -1,6 +1,7 @@
 """`thicket aggregate`: committed tree shards -> training datasets, stats and report.
 
-Shards are streamed one tree at a time; each dataset goes through a bounded writer.
+Shards are streamed in batches of consecutive trees (forests), each built in one go;
+each dataset goes through a bounded writer.
 Dataset parts are written first, then stats.json, report.html and README.md, then stale
 objects of an earlier run are deleted, and `datasets/_SUCCESS.json` (every file's SHA-256
 and rows) is put last. Everything is sorted and carries no timestamps: a rerun over the
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import yaml
 
 from thicket.aggregate.chats import Chats
@@ -28,25 +30,25 @@ from thicket.aggregate.params import DatasetsSpec, resolve
 from thicket.aggregate.report import dataset_card, report_html
 from thicket.aggregate.revision import REVISION_SCHEMA, revision_table
 from thicket.aggregate.sft import FASTCHAT_SCHEMA, SFT_SCHEMA, sft_tables
-from thicket.aggregate.source import committed, decode, decoded, fetch
+from thicket.aggregate.forest import Forest
+from thicket.aggregate.source import BATCH_NODES, Shard, batches, committed, decode, fetch, forests
 from thicket.aggregate.stats import SweepStats
 from thicket.aggregate.tokens import TOKENS_SCHEMA, token_rows
 from thicket.aggregate.transfer import pack, unpack
 from thicket.aggregate.verifier import Verifier, VerifierConfig
-from thicket.aggregate.view import TreeView
-from thicket.aggregate.writer import DATASETS, MAX_BYTES, MAX_ROWS, Datasets, WrittenFile, put_file
+from thicket.aggregate.writer import DATASETS, MAX_BYTES, MAX_ROWS, Datasets, Encoding, WrittenFile, put_file
 from thicket.errors import BadInput
 from thicket.storage.shards import CommitMarker
 from thicket.storage.store import Store, open_store
 
 SUCCESS = "_SUCCESS.json"
-# name -> (schema, Parquet dictionary encoding): chats repeat their texts a lot; token ids don't.
-DATASET_SCHEMAS: dict[str, tuple[pa.Schema, bool | list[str]]] = {
-    "sft": (SFT_SCHEMA, True),
-    "sft_fastchat": (FASTCHAT_SCHEMA, True),
-    "dpo": (DPO_SCHEMA, True),
-    "revision": (REVISION_SCHEMA, True),
-    "tokens": (TOKENS_SCHEMA, ["stop_reason"]),
+# name -> (schema, Parquet encoding): chats repeat their texts a lot; token ids don't.
+DATASET_SCHEMAS: dict[str, tuple[pa.Schema, Encoding]] = {
+    "sft": (SFT_SCHEMA, Encoding()),
+    "sft_fastchat": (FASTCHAT_SCHEMA, Encoding()),
+    "dpo": (DPO_SCHEMA, Encoding()),
+    "revision": (REVISION_SCHEMA, Encoding()),
+    "tokens": (TOKENS_SCHEMA, Encoding(dictionary=("stop_reason", "tree_id", "group_id"))),
 }
 
 
@@ -75,7 +77,7 @@ def read_spec(store: Store) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class Job:
-    """What building one tree's rows needs besides the shard (sent to worker processes)."""
+    """What building a forest's rows needs besides the shards (sent to worker processes)."""
 
     params: DatasetsSpec
     verifier: VerifierConfig | None = None
@@ -83,6 +85,8 @@ class Job:
 
 @dataclass
 class TreeOutput:
+    """A forest's rows for every dataset, and its statistics."""
+
     tables: dict[str, pa.Table]
     stats: SweepStats
 
@@ -98,30 +102,34 @@ def _unpack_output(tables: dict[str, Any], stats: SweepStats) -> TreeOutput:
 _VERIFIERS: dict[VerifierConfig, Verifier] = {}  # one client per process
 
 
-def build(job: Job, marker: CommitMarker, data: bytes) -> TreeOutput:
-    return build_view(job, decode(marker, data))
+def build(job: Job, shards: list[Shard]) -> TreeOutput:
+    return build_forest(job, decode(shards))
 
 
-def build_view(job: Job, view: TreeView) -> TreeOutput:
-    """Every dataset's rows for one tree, and its statistics."""
+def build_forest(job: Job, forest: Forest) -> TreeOutput:
+    """Every dataset's rows for a forest, tree by tree, and its statistics."""
     stats = SweepStats()
-    stats.add(view)
+    stats.add(forest)
     tables: dict[str, pa.Table | None] = {}
-    chats = Chats(view)  # shared: message ids and texts gathered once per tree
-    tables["sft"], tables["sft_fastchat"] = sft_tables(view, job.params.sft, chats) or (None, None)
-    tables["dpo"] = dpo_table(view, job.params.dpo, chats)
+    chats = Chats(forest)  # shared: message texts gathered once per forest
+    tables["sft"], tables["sft_fastchat"] = sft_tables(forest, job.params.sft, chats) or (None, None)
+    tables["dpo"] = dpo_table(forest, job.params.dpo, chats)
     judge = None
     if job.verifier is not None:
         judge = _VERIFIERS.get(job.verifier) or _VERIFIERS.setdefault(job.verifier, Verifier(job.verifier))
-    tables["revision"] = revision_table(view, job.params.revision, judge, chats)
-    tokens = token_rows(view)
+    tables["revision"] = revision_table(forest, job.params.revision, judge, chats)
+    tokens = token_rows(forest)
     tables["tokens"] = tokens.table
     stats.tokens_skipped.update(no_token_ids=tokens.no_token_ids, not_append_only=tokens.not_append_only)
     if tables["dpo"] is not None:
-        stats.dpo_kinds.update(tables["dpo"].column("kind").to_pylist())
+        stats.dpo_kinds.update(_counts(tables["dpo"].column("kind")))
     if tables["revision"] is not None:
-        stats.revision_methods.update(tables["revision"].column("transition_method").to_pylist())
+        stats.revision_methods.update(_counts(tables["revision"].column("transition_method")))
     return TreeOutput({k: t for k, t in tables.items() if t is not None}, stats)
+
+
+def _counts(column: pa.ChunkedArray) -> dict[str, int]:
+    return {item["values"]: item["counts"] for item in pc.value_counts(column).to_pylist()}
 
 
 def auto_workers(trees: int) -> int:
@@ -132,15 +140,15 @@ def auto_workers(trees: int) -> int:
     return 0 if trees < 64 or cores < 4 else min(cores - 1, 8)
 
 
-def built(job: Job, store: Store, markers: list[CommitMarker], workers: int) -> Iterator[TreeOutput]:
-    """Every tree's output, in order: inline, or on `workers` processes a bounded window ahead."""
+def built(job: Job, store: Store, groups: list[list[CommitMarker]], workers: int) -> Iterator[TreeOutput]:
+    """Every forest's output, in order: inline, or on `workers` processes a bounded window ahead."""
     if workers == 0:
-        yield from (build_view(job, view) for view in decoded(store, markers))
+        yield from (build_forest(job, forest) for forest in forests(store, groups))
         return
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         pending: deque[Future[TreeOutput]] = deque()
-        for marker, data in fetch(store, markers):
-            pending.append(pool.submit(build, job, marker, data))
+        for shards in fetch(store, groups):
+            pending.append(pool.submit(build, job, shards))
             if len(pending) >= 2 * workers:
                 yield pending.popleft().result()
         while pending:
@@ -156,9 +164,11 @@ def aggregate(
     workers: int | None = None,
     max_rows: int = MAX_ROWS,
     max_bytes: int = MAX_BYTES,
+    batch_nodes: int = BATCH_NODES,
 ) -> AggregateResult:
     """Build every dataset of the sweep at `sweep_uri` (or `store`, when given).
-    workers: processes building rows (None: by the sweep's size and the cores; 0: inline)."""
+    workers: processes building rows (None: by the sweep's size and the cores; 0: inline);
+    batch_nodes: nodes of the consecutive trees built at once (see source.batches)."""
     store = store or open_store(sweep_uri)
     spec = read_spec(store)
     params = resolve(spec.get("datasets") if spec else None, overrides, source=f"{store.uri}/spec.yaml")
@@ -171,7 +181,7 @@ def aggregate(
     try:
         with Datasets(store, DATASET_SCHEMAS, max_rows, max_bytes) as datasets:
             n_workers = auto_workers(len(markers)) if workers is None else workers
-            for output in built(job, store, markers, n_workers):
+            for output in built(job, store, batches(markers, batch_nodes), n_workers):
                 stats.merge(output.stats)
                 datasets.add(output.tables)
             parts = datasets.close()

@@ -14,16 +14,15 @@ Transition point (the last bad step kept), searched after the shared prefix:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
-from thicket.aggregate.chats import LOSS_MESSAGE, Chats
+from thicket.aggregate.chats import LOSS_MESSAGE, ChatIds, Chats
+from thicket.aggregate.forest import Forest, shared_depth
+from thicket.aggregate.pairs import grid_pairs
 from thicket.aggregate.params import RevisionParams
 from thicket.aggregate.verifier import Judgement, Verifier
-from thicket.aggregate.view import TreeView, diagonal, ranked, shared_depth
 
 REVISION_SCHEMA = pa.schema(
     [
@@ -57,97 +56,98 @@ def revision_thought(tree: int, good: int, bad: int) -> str:
     return REVISION_THOUGHTS[int.from_bytes(digest, "big") % len(REVISION_THOUGHTS)]
 
 
-def candidate_pairs(view: TreeView, params: RevisionParams) -> list[tuple[int, int]]:
-    if view.value[0] <= 0 or params.max_per_task == 0:
-        return []
-    ends = np.zeros(view.size, dtype=bool)
-    ends[view.leaves] = True
-    ends &= view.evaluated & (view.visits >= 1)
-    good = ranked(np.flatnonzero(ends & (view.value > params.alpha)), -view.value, view.depth)
-    bad = ranked(np.flatnonzero(ends), view.value, view.depth)
-    out: list[tuple[int, int]] = []
-    for i, j in diagonal(len(good), len(bad)):
-        if len(out) >= params.max_per_task:
-            break
-        if view.value[good[i]] - view.value[bad[j]] > params.beta:
-            out.append((good[i], bad[j]))
-    return out
+def candidate_pairs(forest: Forest, params: RevisionParams) -> tuple[np.ndarray, np.ndarray]:
+    """(good leaves, bad leaves), grouped by tree."""
+    ends = np.zeros(forest.size, dtype=bool)
+    ends[forest.leaves] = True
+    ends &= forest.evaluated & (forest.visits >= 1) & (forest.value[forest.root_of] > 0)
+    good = forest.ranked(np.flatnonzero(ends & (forest.value > params.alpha)), -forest.value, forest.depth)
+    bad = forest.ranked(np.flatnonzero(ends), forest.value, forest.depth)
+    return grid_pairs(forest, good, bad, forest.value, params.max_per_task, params.beta)
 
 
-Cut = Callable[[TreeView, list[int], list[int], int], int]
+def heuristic_cuts(
+    forest: Forest, good: np.ndarray, bad: np.ndarray, good_depth: np.ndarray, bad_depth: np.ndarray, split: np.ndarray
+) -> np.ndarray:
+    """Per pair of paths (see Forest.ancestors), the depth of the last bad step kept."""
+    depths = np.arange(bad.shape[1])
+    good_at = good[np.arange(len(good))[:, None], np.minimum(depths, good_depth[:, None])]
+    falls = (depths > split[:, None]) & (depths <= bad_depth[:, None]) & (forest.value[bad] < forest.value[good_at])
+    return np.where(falls.any(axis=1), np.argmax(falls, axis=1), bad_depth)
 
 
-def heuristic_cut(view: TreeView, good: list[int], bad: list[int], split: int) -> int:
-    for d in range(split + 1, len(bad)):
-        if view.value[bad[d]] < view.value[good[min(d, len(good) - 1)]]:
-            return d
-    return len(bad) - 1
-
-
-def verifier_cut(verifier: Verifier, chats: Chats) -> Cut:
+def verifier_cuts(
+    chats: Chats, verifier: Verifier, bad: np.ndarray, bad_depth: np.ndarray, split: np.ndarray
+) -> np.ndarray:
+    """Per bad path, the depth of its first step after `split` the verifier judges Bad (none: the leaf)."""
     judged: dict[int, Judgement] = {}  # a step's judgement depends only on its own chat
-
-    def cut(view: TreeView, good: list[int], bad: list[int], split: int) -> int:
-        for d in range(split + 1, len(bad)):
-            node = bad[d]
+    cuts = bad_depth.copy()
+    for row, (path, start, leaf_depth) in enumerate(zip(bad.tolist(), split.tolist(), bad_depth.tolist())):
+        for d in range(start + 1, leaf_depth + 1):
+            node = path[d]
             if node not in judged:
                 judged[node] = verifier.judge(chats.messages(chats.chat(node)))
             if judged[node] is Judgement.BAD:
-                return d
-        return len(bad) - 1
-
-    return cut
-
-
-@dataclass(frozen=True)
-class Revision:
-    good: int
-    bad: int
-    split: int
-    cut: int
-    cut_node: int
-    messages: list[int]
-    loss: list[bool]
+                cuts[row] = d
+                break
+    return cuts
 
 
-def revise(view: TreeView, chats: Chats, good_leaf: int, bad_leaf: int, cut_at: Cut) -> Revision:
-    good, bad = view.path(good_leaf), view.path(bad_leaf)
-    split = shared_depth(good, bad)
-    cut = cut_at(view, good, bad, split)
-    prefix = chats.chat(bad[cut])
-    thought = revision_thought(view.tree, good_leaf, bad_leaf)
-    turn = chats.add("assistant", f"Thought: {thought}\nAction: wait")
-    ack = chats.add("user", WAIT_ACK)
-    suffix = chats.continuation(good[split + 1 :])
-    messages = [*prefix, turn, ack, *suffix]
-    loss = [False] * len(prefix) + [True, False] + [chats.is_assistant(m) for m in suffix]
-    return Revision(good_leaf, bad_leaf, split, cut, bad[cut], messages, loss)
+def revised_chats(
+    chats: Chats, paths: np.ndarray, thoughts: list[int], good_depth: np.ndarray, split: np.ndarray, cut: np.ndarray
+) -> tuple[ChatIds, np.ndarray]:
+    """Per pair (paths: the good ones, then the bad ones): the bad path's chat up to its cut,
+    the revision turn and its acknowledgement, then the good path's turns past the split;
+    and per message whether it is trained on (the revision turn, the good path's replies)."""
+    n = len(thoughts)
+    turns = chats.turns(paths)
+    prefix = chats.cut(turns[n:], np.zeros_like(cut), 2 * cut + 2)
+    revision = ChatIds(np.c_[thoughts, np.full(n, chats.add("user", WAIT_ACK))].ravel(), np.full(n, 2))
+    suffix = chats.cut(turns[:n], 2 * split + 2, 2 * good_depth + 1)
+    loss = ChatIds.join(
+        ChatIds(np.zeros(len(prefix.ids), dtype=bool), prefix.lengths),
+        ChatIds(np.tile([True, False], n), revision.lengths),
+        ChatIds(chats.is_assistant(suffix.ids), suffix.lengths),
+    )
+    return ChatIds.join(prefix, revision, suffix), loss.ids
 
 
 def revision_table(
-    view: TreeView, params: RevisionParams, verifier: Verifier | None = None, chats: Chats | None = None
+    forest: Forest, params: RevisionParams, verifier: Verifier | None = None, chats: Chats | None = None
 ) -> pa.Table | None:
-    pairs = candidate_pairs(view, params)
-    if not pairs:
+    good, bad = candidate_pairs(forest, params)
+    n = len(good)
+    if not n:
         return None
-    chats = chats or Chats(view)
-    cut_at: Cut = verifier_cut(verifier, chats) if verifier is not None else heuristic_cut
-    revisions = [revise(view, chats, good, bad, cut_at) for good, bad in pairs]
-    n = len(revisions)
+    chats = chats or Chats(forest)
+    paths = forest.ancestors(np.r_[good, bad])
+    good_depth, bad_depth = forest.depth[good], forest.depth[bad]
+    split = shared_depth(paths[:n], paths[n:], good_depth, bad_depth)
+    if verifier is None:
+        cut = heuristic_cuts(forest, paths[:n], paths[n:], good_depth, bad_depth, split)
+    else:
+        cut = verifier_cuts(chats, verifier, paths[n:], bad_depth, split)
+    tree = forest.tree_of[good]
+    local_good, local_bad = forest.local(good), forest.local(bad)
+    thoughts = [
+        chats.add("assistant", f"Thought: {revision_thought(t, g, b)}\nAction: wait")
+        for t, g, b in zip(forest.trees[tree].tolist(), local_good.tolist(), local_bad.tolist())
+    ]
+    messages, loss = revised_chats(chats, paths, thoughts, good_depth, split, cut)
     return pa.table(
         {
-            "id": [f"task-{view.task:08d}/revision/{r.good}-{r.bad}" for r in revisions],
-            "task": np.full(n, view.task),
-            "tree": np.full(n, view.tree),
-            "good_leaf": [r.good for r in revisions],
-            "bad_leaf": [r.bad for r in revisions],
-            "shared_depth": [r.split for r in revisions],
-            "transition_node": [r.cut_node for r in revisions],
-            "transition_depth": [r.cut for r in revisions],
+            "id": forest.row_ids(good, "revision/", forest.names(good), "-", forest.names(bad)),
+            "task": forest.tasks[tree],
+            "tree": forest.trees[tree],
+            "good_leaf": local_good.astype(np.int32),
+            "bad_leaf": local_bad.astype(np.int32),
+            "shared_depth": split.astype(np.int32),
+            "transition_node": forest.local(paths[n:][np.arange(n), cut]).astype(np.int32),
+            "transition_depth": cut.astype(np.int32),
             "transition_method": ["verifier" if verifier is not None else "heuristic"] * n,
-            "good_value": [float(view.value[r.good]) for r in revisions],
-            "bad_value": [float(view.value[r.bad]) for r in revisions],
-            "messages": chats.column([r.messages for r in revisions], [r.loss for r in revisions]),
+            "good_value": forest.value[good].astype(np.float32),
+            "bad_value": forest.value[bad].astype(np.float32),
+            "messages": chats.column(messages, loss),
         },
         schema=REVISION_SCHEMA,
     )

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from thicket.aggregate.chats import MESSAGE, ROLES, Chats
+from thicket.aggregate.forest import Forest
 from thicket.aggregate.params import SFTParams
-from thicket.aggregate.view import TreeView, ranked
 
 SFT_SCHEMA = pa.schema(
     [
@@ -31,35 +31,33 @@ FASTCHAT_ROLES = pa.array(["system", "human", "gpt"])  # by ROLES
 FASTCHAT_SCHEMA = pa.schema([("id", pa.string()), ("conversations", pa.list_(TURN))])
 
 
-def successes(view: TreeView, min_reward: float | None = None) -> list[int]:
-    """Successful nodes (leaves: the episode ended), best first."""
-    ok = view.success.copy()
-    ok[0] = False
+def successes(forest: Forest, min_reward: float | None = None) -> np.ndarray:
+    """Successful nodes (leaves: the episode ended), grouped by tree, each tree's best first."""
+    ok = forest.success & ~forest.is_root
     if min_reward is not None:
-        ok &= view.returns >= min_reward
-    return ranked(np.flatnonzero(ok), -view.returns, view.depth)
+        ok &= forest.returns >= min_reward
+    return forest.ranked(np.flatnonzero(ok), -forest.returns, forest.depth)
 
 
-def row_id(view: TreeView, leaf: int) -> str:
-    return f"task-{view.task:08d}/node-{leaf}"
-
-
-def sft_tables(view: TreeView, params: SFTParams, chats: Chats | None = None) -> tuple[pa.Table, pa.Table] | None:
-    best = successes(view, params.min_reward)
-    if not best:
+def sft_tables(forest: Forest, params: SFTParams, chats: Chats | None = None) -> tuple[pa.Table, pa.Table] | None:
+    ranked = successes(forest, params.min_reward)
+    best = ranked[np.diff(forest.tree_of[ranked], prepend=-1) != 0]  # the first of each tree
+    if not len(best):
         return None
-    leaf = best[0]
-    chats = chats or Chats(view)
-    messages = chats.column([chats.upto_reply(leaf)])
-    ids = [row_id(view, leaf)]
+    chats = chats or Chats(forest)
+    depth = forest.depth[best]
+    upto_reply = chats.cut(chats.turns(forest.ancestors(best)), np.zeros_like(depth), 2 * depth + 1)
+    messages = chats.column(upto_reply)
+    ids = forest.row_ids(best, "node-", forest.names(best))
+    tree = forest.tree_of[best]
     sft = pa.table(
         {
             "id": ids,
-            "task": [view.task],
-            "tree": [view.tree],
-            "leaf": [leaf],
-            "reward": [float(view.returns[leaf])],
-            "steps": [int(view.depth[leaf])],
+            "task": forest.tasks[tree],
+            "tree": forest.trees[tree],
+            "leaf": forest.local(best).astype(np.int32),
+            "reward": forest.returns[best].astype(np.float32),
+            "steps": depth.astype(np.int32),
             "messages": messages,
         },
         schema=SFT_SCHEMA,

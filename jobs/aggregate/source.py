@@ -1,10 +1,11 @@
-"""Committed trees, one at a time, reading only the columns aggregation needs.
+"""Committed trees, in batches of consecutive trees (forests), reading only the columns
+aggregation needs.
 
 The same checks as thicket.storage.shards.read_shard (SHA-256 and row count against the
-commit marker). Bytes are fetched through the Store on a background thread. Inline, the
-trees are decoded on another, text columns included (off the thread that builds rows,
-which holds the GIL most); in a worker process, where the tree is processed, and the
-text columns only when the tree yields chats.
+commit marker). Bytes are fetched through the Store on a background thread; checks,
+Parquet decoding and a batch's concatenation (which mostly release the GIL) run on
+another (inline), or in the worker process that builds the batch's rows.
+Batches depend only on the markers (their row counts), so every run cuts the same ones.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from thicket.aggregate.view import TEXT_COLUMNS, MalformedShard, TreeView
+from thicket.aggregate.forest import Forest, MalformedShard
 from thicket.errors import BadInput
 from thicket.storage.shards import CommitMarker, committed_tasks
 from thicket.storage.store import Store, StoreError
 
-STRUCTURE_COLUMNS = (
+COLUMNS = (
     "env",
     "algorithm",
     "task",
@@ -30,6 +31,9 @@ STRUCTURE_COLUMNS = (
     "node",
     "parent",
     "depth",
+    "system_prompt",
+    "user_message",
+    "reply",
     "token_ids",
     "logprobs",
     "context_prefix_len",
@@ -43,6 +47,9 @@ STRUCTURE_COLUMNS = (
     "value",
     "visits",
 )
+BATCH_NODES = 8_192  # nodes per forest at most (a tree larger than that: alone)
+
+Shard = tuple[CommitMarker, bytes]
 
 
 def committed(store: Store) -> list[CommitMarker]:
@@ -50,35 +57,59 @@ def committed(store: Store) -> list[CommitMarker]:
     return [marker for _, marker in sorted(committed_tasks(store).items())]
 
 
-def fetch(store: Store, markers: list[CommitMarker], prefetch: int = 4) -> Iterator[tuple[CommitMarker, bytes]]:
-    """Each shard's bytes, in order; the next `prefetch` are fetched on a background thread."""
+def batches(markers: list[CommitMarker], max_nodes: int = BATCH_NODES) -> list[list[CommitMarker]]:
+    """Consecutive markers, as many as hold max_nodes rows (at least one)."""
+    out: list[list[CommitMarker]] = []
+    rows = max_nodes
+    for marker in markers:
+        if rows + marker.rows > max_nodes:
+            out.append([])
+            rows = 0
+        out[-1].append(marker)
+        rows += marker.rows
+    return out
+
+
+def fetch(store: Store, groups: list[list[CommitMarker]], prefetch: int = 2) -> Iterator[list[Shard]]:
+    """Each batch's shards' bytes, in order; the next `prefetch` batches are fetched on a
+    background thread."""
+
+    def get(group: list[CommitMarker]) -> list[Shard]:
+        return [(marker, store.get(marker.data_key)) for marker in group]
+
     with ThreadPoolExecutor(1, thread_name_prefix="fetch-shards") as pool:
-        pending: deque[tuple[CommitMarker, Future[bytes]]] = deque()
-        for marker in markers:
-            pending.append((marker, pool.submit(store.get, marker.data_key)))
+        pending: deque[Future[list[Shard]]] = deque()
+        for group in groups:
+            pending.append(pool.submit(get, group))
             if len(pending) > prefetch:
-                done, data = pending.popleft()
-                yield done, data.result()
+                yield pending.popleft().result()
         while pending:
-            done, data = pending.popleft()
-            yield done, data.result()
+            yield pending.popleft().result()
 
 
-def decoded(store: Store, markers: list[CommitMarker], ahead: int = 4) -> Iterator[TreeView]:
-    """Each shard as a TreeView with its texts, in order. Checks and Parquet decoding (which
-    release the GIL) run on a background thread, up to `ahead` shards ahead of the caller."""
+def forests(store: Store, groups: list[list[CommitMarker]], ahead: int = 2) -> Iterator[Forest]:
+    """Every group of trees (see batches) as a Forest, in order, decoded on a background
+    thread up to `ahead` forests ahead of the caller."""
     with ThreadPoolExecutor(1, thread_name_prefix="decode-shards") as pool:
-        pending: deque[Future[TreeView]] = deque()
-        for marker, data in fetch(store, markers):
-            pending.append(pool.submit(decode, marker, data, with_text=True))
+        pending: deque[Future[Forest]] = deque()
+        for shards in fetch(store, groups):
+            pending.append(pool.submit(decode, shards))
             if len(pending) > ahead:
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
 
 
-def decode(marker: CommitMarker, data: bytes, with_text: bool = False) -> TreeView:
-    """The shard's tree; its text columns read now or (with_text False) when first needed."""
+def decode(shards: list[Shard]) -> Forest:
+    """The shards' trees, checked, as one forest."""
+    tables = [read(marker, data) for marker, data in shards]
+    try:
+        return Forest.of(tables)
+    except MalformedShard as err:
+        raise BadInput(f"shard {shards[err.index][0].data_key}: {err}") from None
+
+
+def read(marker: CommitMarker, data: bytes) -> pa.Table:
     digest = hashlib.sha256(data).hexdigest()
     if digest != marker.sha256:
         raise StoreError(f"shard {marker.data_key} is corrupt: sha256 {digest[:12]} != committed {marker.sha256[:12]}")
@@ -86,9 +117,6 @@ def decode(marker: CommitMarker, data: bytes, with_text: bool = False) -> TreeVi
     if shard.metadata.num_rows != marker.rows:
         raise StoreError(f"shard {marker.data_key} has {shard.metadata.num_rows} rows, committed {marker.rows}")
     try:
-        if with_text:
-            return TreeView.of(shard.read(columns=[*STRUCTURE_COLUMNS, *TEXT_COLUMNS], use_threads=False))
-        table = shard.read(columns=list(STRUCTURE_COLUMNS), use_threads=False)
-        return TreeView.of(table, lambda: shard.read(columns=list(TEXT_COLUMNS), use_threads=False))
-    except (MalformedShard, KeyError, pa.ArrowInvalid) as err:
+        return shard.read(columns=list(COLUMNS), use_threads=False)
+    except (KeyError, pa.ArrowInvalid) as err:
         raise BadInput(f"shard {marker.data_key}: {err}") from None

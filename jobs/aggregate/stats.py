@@ -1,4 +1,4 @@
-"""Sweep statistics, accumulated one tree at a time in bounded memory."""
+"""Sweep statistics, accumulated a forest (a batch of trees) at a time in bounded memory."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from thicket.aggregate.view import TreeView
+from thicket.aggregate.forest import Forest
 
 
 def log2_bucket(value: int) -> int:
@@ -41,29 +41,30 @@ class SweepStats:
     revision_methods: Counter[str] = field(default_factory=Counter)
     tokens_skipped: Counter[str] = field(default_factory=Counter)
 
-    def add(self, view: TreeView) -> None:
-        t = view.table
-        self.tasks.add(view.task)
-        self.trees += 1
-        self.nodes += view.size
-        self.envs[t.column("env")[0].as_py()] += 1
-        self.algorithms[t.column("algorithm")[0].as_py()] += 1
-        self.depth.update(_counts(view.depth))
-        self.leaf_depth.update(_counts(view.depth[view.leaves]))
-        self.branching.update(_counts(view.n_children[view.n_children > 0]))
-        self.leaves += len(view.leaves)
-        solved_leaves = int(view.success[1:].sum())
-        self.success_leaves += solved_leaves
-        tokens = _total_length(t.column("token_ids"))
-        self.generated_tokens += tokens
-        if solved_leaves:
-            self.solved_trees += 1
-            self.solved_tree_tokens += tokens
-            self.tokens_per_success[log2_bucket(tokens)] += 1
+    def add(self, forest: Forest) -> None:
+        t = forest.table
+        roots = pa.array(forest.roots)
+        self.tasks.update(forest.tasks.tolist())
+        self.trees += forest.n_trees
+        self.nodes += forest.size
+        self.envs.update(_counts_of(t.column("env").take(roots)))
+        self.algorithms.update(_counts_of(t.column("algorithm").take(roots)))
+        self.depth.update(_counts(forest.depth))
+        self.leaf_depth.update(_counts(forest.depth[forest.leaves]))
+        self.branching.update(_counts(forest.n_children[forest.n_children > 0]))
+        self.leaves += len(forest.leaves)
+        solved = forest.success & ~forest.is_root
+        self.success_leaves += int(solved.sum())
+        tokens = np.add.reduceat(_lengths(t.column("token_ids")), forest.roots)
+        self.generated_tokens += int(tokens.sum())
+        solved_tokens = tokens[np.bincount(forest.tree_of[solved], minlength=forest.n_trees) > 0].tolist()
+        self.solved_trees += len(solved_tokens)
+        self.solved_tree_tokens += sum(solved_tokens)
+        self.tokens_per_success.update(log2_bucket(n) for n in solved_tokens)
         known = pc.is_valid(t.column("cached_tokens"))
         self.prompt_tokens_known += int(pc.sum(pc.filter(t.column("prompt_tokens"), known)).as_py() or 0)
         self.cached_tokens += int(pc.sum(t.column("cached_tokens")).as_py() or 0)
-        self.stop_reasons.update(_counts_of(t.column("stop_reason").take(view.leaves)))
+        self.stop_reasons.update(_counts_of(t.column("stop_reason").take(pa.array(forest.leaves))))
 
     def merge(self, other: SweepStats) -> None:
         for f in fields(self):
@@ -110,12 +111,9 @@ def _counts(values: np.ndarray) -> dict[int, int]:
     return {int(k): int(counts[k]) for k in np.flatnonzero(counts)}
 
 
-def _total_length(lists: pa.ChunkedArray) -> int:
-    """Sum of the lists' lengths (nulls count 0)."""
-    if lists.null_count or lists.num_chunks != 1:
-        return int(pc.sum(pc.list_value_length(lists)).as_py() or 0)
-    offsets = lists.chunk(0).offsets
-    return offsets[len(offsets) - 1].as_py() - offsets[0].as_py()
+def _lengths(lists: pa.ChunkedArray) -> np.ndarray:
+    """Each list's length (nulls count 0)."""
+    return pc.list_value_length(lists).fill_null(0).to_numpy().astype(np.int64)
 
 
 def _counts_of(values) -> dict[str, int]:

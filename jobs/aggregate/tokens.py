@@ -8,7 +8,7 @@ for an append-only path each step adds k(v) = prefix_len(v) - len(ctx(parent)) r
 suffix (the template and the observation). Reply ids get loss 1 and their sampled
 logprobs, suffix ids loss 0 and logprob 0.0. A path whose contexts were not append-only
 (the prompt was truncated or re-rendered: k < 0) is skipped and counted.
-Everything is built with numpy gathers, one tree at a time.
+Everything is built with numpy gathers, for a whole forest at once.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from thicket.aggregate.view import TreeView, list_column, ranges
+from thicket.aggregate.forest import Forest, list_column, ranges
 
 TOKENS_SCHEMA = pa.schema(
     [
@@ -56,85 +56,98 @@ class _Columns:
     prefix_len: np.ndarray
 
     @classmethod
-    def of(cls, view: TreeView) -> _Columns:
-        tok_off, tok = list_column(view.table, "token_ids")
-        lp_off, lp = list_column(view.table, "logprobs")
-        suf_off, suf = list_column(view.table, "context_suffix_ids")
-        prefix = view.table.column("context_prefix_len").to_numpy(zero_copy_only=False).astype(np.int64)
+    def of(cls, forest: Forest) -> _Columns:
+        tok_off, tok = list_column(forest.table, "token_ids")
+        lp_off, lp = list_column(forest.table, "logprobs")
+        suf_off, suf = list_column(forest.table, "context_suffix_ids")
+        prefix = forest.table.column("context_prefix_len").to_numpy(zero_copy_only=False).astype(np.int64)
         return cls(tok_off, tok, lp_off, lp, suf_off, suf, prefix)
 
 
-def token_rows(view: TreeView) -> TokenRows:
-    leaves = view.leaves
+def token_rows(forest: Forest) -> TokenRows:
+    leaves = forest.leaves
     if len(leaves) == 0:
         return TokenRows(None, 0, 0)
-    c = _Columns.of(view)
+    c = _Columns.of(forest)
+    roots = forest.roots
     reply_len = np.diff(c.tok_off)
     sampled = (reply_len > 0) & (np.diff(c.lp_off) == reply_len)
-    sampled[0] = True
+    sampled[roots] = True
     ctx_len = np.where(c.prefix_len >= 0, c.prefix_len + np.diff(c.suf_off), -1)
-    kept = c.prefix_len - ctx_len[np.maximum(view.parent, 0)]  # k(v): reply ids kept in ctx(v)
-    kept[0] = 0
+    kept = c.prefix_len - ctx_len[np.maximum(forest.parent, 0)]  # k(v): reply ids kept in ctx(v)
+    kept[roots] = 0
     sent = (c.prefix_len >= 0) & (kept >= 0) & (kept <= reply_len)
-    sent[0] = c.prefix_len[0] == 0
-    paths = view.ancestors(leaves)  # past a leaf's depth: the root, where sampled is True
+    sent[roots] = c.prefix_len[roots] == 0
+    paths = forest.ancestors(leaves)  # past a leaf's depth: the root, where sampled is True
     with_ids = sampled[paths].all(axis=1)
     aligned = (sampled & sent)[paths]
-    aligned[np.arange(len(leaves)), view.depth[leaves]] = sampled[leaves]  # the leaf is never sent
+    aligned[np.arange(len(leaves)), forest.depth[leaves]] = sampled[leaves]  # the leaf is never sent
     ok = aligned.all(axis=1)
     no_ids = int((~with_ids).sum())
     misaligned = len(leaves) - no_ids - int(ok.sum())
     if not ok.any():
         return TokenRows(None, no_ids, misaligned)
-    return TokenRows(_build(view, c, leaves[ok], paths[ok], kept, ctx_len), no_ids, misaligned)
+    return TokenRows(_build(forest, c, leaves[ok], paths[ok], kept, ctx_len), no_ids, misaligned)
 
 
 def _build(
-    view: TreeView, c: _Columns, leaves: np.ndarray, paths: np.ndarray, kept: np.ndarray, ctx_len: np.ndarray
+    forest: Forest, c: _Columns, leaves: np.ndarray, paths: np.ndarray, kept: np.ndarray, ctx_len: np.ndarray
 ) -> pa.Table:
-    depth = view.depth[leaves][:, None]
-    levels = np.arange(1, paths.shape[1])[None, :]
-    nodes = paths[:, 1:]
-    inner = levels < depth
+    steps = paths[:, 1:]
+    level = np.arange(1, paths.shape[1])
+    depth = forest.depth[leaves][:, None]
+    inner = level < depth
     reply_len = np.diff(c.tok_off)
-    reply_take = np.where(inner, kept[nodes], np.where(levels == depth, reply_len[nodes], 0))
-    suffix_take = np.where(inner, np.diff(c.suf_off)[nodes], 0)
     n_tok, n_lp, n_suf = len(c.tok), len(c.lp), len(c.suf)
     # Per leaf, ranges alternate reply part / suffix part, level by level, into the
-    # concatenation (reply ids, suffix ids); logprobs into (logprobs, zeros).
-    flat_len = np.stack([reply_take, suffix_take], axis=2).ravel()
-    tok_starts = np.stack([c.tok_off[nodes], n_tok + c.suf_off[nodes]], axis=2).ravel()
-    take = ranges(tok_starts, flat_len)
+    # concatenation (reply ids, suffix ids); logprobs into (logprobs, zeros). A step keeps
+    # k(v) reply ids, the leaf all of its own, and no suffix.
+    lengths = np.empty((*steps.shape, 2), dtype=np.int64)
+    lengths[..., 0] = np.where(inner, kept[steps], np.where(level == depth, reply_len[steps], 0))
+    lengths[..., 1] = np.where(inner, np.diff(c.suf_off)[steps], 0)
+    starts = np.empty_like(lengths)
+    starts[..., 0], starts[..., 1] = c.tok_off[steps], n_tok + c.suf_off[steps]
+    take = ranges(starts.ravel(), lengths.ravel())
     ids = np.concatenate([c.tok, c.suf]).astype(np.int32, copy=False)[take]
-    mask = (take < n_tok).astype(np.int8)
+    mask = (take < n_tok).view(np.int8)  # reply ids 1, suffix ids 0
     if n_lp != n_tok or not np.array_equal(c.lp_off, c.tok_off):
-        lp_starts = np.stack([c.lp_off[nodes], n_lp + c.suf_off[nodes]], axis=2).ravel()
-        take = ranges(lp_starts, flat_len)
+        starts[..., 0], starts[..., 1] = c.lp_off[steps], n_lp + c.suf_off[steps]
+        take = ranges(starts.ravel(), lengths.ravel())
     logprobs = np.concatenate([c.lp, np.zeros(n_suf, np.float32)]).astype(np.float32, copy=False)[take]
-    response_len = reply_take.sum(axis=1) + suffix_take.sum(axis=1)
-    expected = ctx_len[view.parent[leaves]] - ctx_len[0] + reply_len[leaves]
+    response_len = lengths.sum(axis=(1, 2))
+    tree = forest.tree_of[leaves]
+    expected = ctx_len[forest.parent[leaves]] - ctx_len[forest.roots[tree]] + reply_len[leaves]
     assert np.array_equal(response_len, expected), "token rows do not reproduce the contexts"
     offsets = pa.array(np.r_[0, np.cumsum(response_len)].astype(np.int32))
-    prompt = c.suf[c.suf_off[0] : c.suf_off[1]].astype(np.int32)
-    prompt_offsets = pa.array((np.arange(len(leaves) + 1) * len(prompt)).astype(np.int32))
-    forced = view.table.column("constrained").to_numpy(zero_copy_only=False).astype(bool)
-    forced[0] = False  # the root took no action; past a leaf's depth, paths hold the root
-    stop = view.table.column("stop_reason").take(pa.array(leaves))
-    trajectory = f"task-{view.task:08d}/node-"
+    forced = forest.table.column("constrained").to_numpy(zero_copy_only=False).astype(bool)
+    forced[forest.roots] = False  # the roots took no action; past a leaf's depth, paths hold the root
     return pa.table(
         {
-            "trajectory_id": pa.array([trajectory + str(leaf) for leaf in leaves.tolist()], pa.string()),
-            "tree_id": np.full(len(leaves), view.tree, np.int64),
-            "group_id": np.full(len(leaves), view.task, np.int64),
-            "leaf": leaves.astype(np.int32),
-            "prompt_ids": pa.ListArray.from_arrays(prompt_offsets, pa.array(np.tile(prompt, len(leaves)))),
+            "trajectory_id": forest.row_ids(leaves, "node-", forest.names(leaves)),
+            "tree_id": forest.trees[tree],
+            "group_id": forest.tasks[tree],
+            "leaf": forest.local(leaves).astype(np.int32),
+            "prompt_ids": _prompts(forest, c, tree),
             "response_ids": pa.ListArray.from_arrays(offsets, pa.array(ids)),
             "loss_mask": pa.ListArray.from_arrays(offsets, pa.array(mask)),
             "rollout_logprobs": pa.ListArray.from_arrays(offsets, pa.array(logprobs)),
             "constrained": forced[paths].any(axis=1),
-            "stop_reason": stop,
-            "success": view.success[leaves],
-            "reward": view.returns[leaves].astype(np.float32),
+            "stop_reason": forest.table.column("stop_reason").take(pa.array(leaves)),
+            "success": forest.success[leaves],
+            "reward": forest.returns[leaves].astype(np.float32),
         },
         schema=TOKENS_SCHEMA,
     )
+
+
+def _prompts(forest: Forest, c: _Columns, trees: np.ndarray) -> pa.ListArray:
+    """ctx(root) of each of `trees`: its root's suffix ids (copied a row of a padded grid at a time)."""
+    roots = forest.roots
+    lengths = np.diff(c.suf_off)[roots]
+    inside = np.arange(int(lengths.max(initial=0)))[None, :] < lengths[:, None]
+    grid = np.zeros(inside.shape, dtype=np.int32)
+    grid[inside] = c.suf[ranges(c.suf_off[roots], lengths)]
+    values = grid[trees][inside[trees]] if not inside.all() else grid[trees].ravel()
+    offsets = np.zeros(len(trees) + 1, dtype=np.int32)
+    np.cumsum(lengths[trees], out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))

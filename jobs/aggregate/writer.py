@@ -11,7 +11,6 @@ writes the same bytes. `Datasets` feeds every dataset's writer on a background t
 from __future__ import annotations
 
 import hashlib
-import io
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from thicket.storage.store import Store
 DATASETS = "datasets/"
 MAX_ROWS = 50_000
 MAX_BYTES = 64 << 20  # of Arrow data in memory per dataset; parts compress to well under this
-COMPACT_AFTER = 256  # buffered tables (one per tree) merged into one past this many
+COMPACT_AFTER = 256  # buffered tables (one per forest) merged into one past this many
 
 
 @dataclass(frozen=True)
@@ -47,12 +46,27 @@ def put_file(store: Store, path: str, data: bytes, rows: int | None = None) -> W
     return WrittenFile(path, hashlib.sha256(data).hexdigest(), len(data), rows)
 
 
-def parquet_bytes(table: pa.Table, dictionary: bool | list[str]) -> bytes:
-    sink = io.BytesIO()
-    pq.write_table(
-        table, sink, compression="zstd", use_dictionary=dictionary, write_statistics=False, row_group_size=MAX_ROWS
-    )
-    return sink.getvalue()
+@dataclass(frozen=True)
+class Encoding:
+    """How a dataset's parts are written: Parquet dictionary encoding (every column, or
+    these) and the codec. Columns of repeated texts take dictionaries; token ids don't."""
+
+    dictionary: bool | tuple[str, ...] = True
+    compression: str = "zstd"
+
+    def parquet(self, table: pa.Table) -> bytes:
+        """The table in Parquet (into an Arrow buffer: no GIL taken while encoding)."""
+        sink = pa.BufferOutputStream()
+        dictionary = self.dictionary if isinstance(self.dictionary, bool) else list(self.dictionary)
+        pq.write_table(
+            table,
+            sink,
+            row_group_size=MAX_ROWS,
+            compression=self.compression,
+            use_dictionary=dictionary,
+            write_statistics=False,
+        )
+        return sink.getvalue().to_pybytes()
 
 
 @dataclass
@@ -60,7 +74,7 @@ class DatasetWriter:
     store: Store
     name: str
     schema: pa.Schema
-    dictionary: bool | list[str] = True  # Parquet dictionary encoding: all columns, or these
+    encoding: Encoding = Encoding()
     max_rows: int = MAX_ROWS
     max_bytes: int = MAX_BYTES
     pool: ThreadPoolExecutor | None = None  # where parts are encoded and put (None: inline)
@@ -119,7 +133,7 @@ class DatasetWriter:
         self._written.append(self.pool.submit(self._encode_and_put, path, table))
 
     def _encode_and_put(self, path: str, table: pa.Table) -> WrittenFile:
-        return put_file(self.store, path, parquet_bytes(table.combine_chunks(), self.dictionary), table.num_rows)
+        return put_file(self.store, path, self.encoding.parquet(table), table.num_rows)
 
 
 class Datasets:
@@ -129,16 +143,16 @@ class Datasets:
     def __init__(
         self,
         store: Store,
-        schemas: dict[str, tuple[pa.Schema, bool | list[str]]],
+        schemas: dict[str, tuple[pa.Schema, Encoding]],
         max_rows: int = MAX_ROWS,
         max_bytes: int = MAX_BYTES,
-        ahead: int = 4,
+        ahead: int = 2,
     ) -> None:
         self._parts = ThreadPoolExecutor(1, thread_name_prefix="write-parts")
         self._adder = ThreadPoolExecutor(1, thread_name_prefix="add-rows")
         self.writers = {
-            name: DatasetWriter(store, name, schema, dictionary, max_rows, max_bytes, self._parts)
-            for name, (schema, dictionary) in schemas.items()
+            name: DatasetWriter(store, name, schema, encoding, max_rows, max_bytes, self._parts)
+            for name, (schema, encoding) in schemas.items()
         }
         self._ahead = ahead
         self._pending: deque[Future[None]] = deque()
