@@ -49,12 +49,32 @@ class Shape:
     generated: int
 
 
+@dataclass(frozen=True)
+class Sent:
+    """One request of the sweep: its chat body as sent, its prompt ids and its samples' lengths."""
+
+    body: dict
+    prompt_ids: list[int]
+    lengths: list[int]
+
+    def sequences(self) -> list[Shape]:
+        """Each sample as its own request, exactly as long as it was."""
+        return [Shape(self.prompt_ids, 1, max(length, 1), length) for length in self.lengths]
+
+    def evened(self) -> Shape:
+        """The request's n samples, its tokens spread evenly over them."""
+        even = max(round(sum(self.lengths) / len(self.lengths)), 1)
+        return Shape(self.prompt_ids, len(self.lengths), even, len(self.lengths) * even)
+
+    def padded(self) -> Shape:
+        """The request's n samples, each as long as its longest."""
+        longest = max(max(self.lengths), 1)
+        return Shape(self.prompt_ids, len(self.lengths), longest, len(self.lengths) * longest)
+
+
 @dataclass
 class Recorder:
-    shapes: list[Shape] = field(default_factory=list)  # one per sampled sequence
-    request_shapes: list[Shape] = field(default_factory=list)  # one per request: n samples, the longest's length
-    even_shapes: list[Shape] = field(default_factory=list)  # one per request: n samples sharing its tokens evenly
-    sent: list[dict] = field(default_factory=list)  # one per request: the chat body exactly as the sweep sent it
+    sent: list[Sent] = field(default_factory=list)  # the requests that came back with prompt ids and samples
     requests: int = 0
     commit_s: float = 0.0
 
@@ -65,18 +85,11 @@ def record(recorder: Recorder) -> None:
 
     async def recorded(self, messages, body):
         data, latency = await chat_once(self, messages, body)
-        recorder.sent.append({"model": self.config.model, "messages": messages, **body, **self.config.extra_body})
-        choices = data.get("choices", [])
-        lengths = [len(c.get("token_ids") or []) for c in choices]
         recorder.requests += 1
-        # one shape per sampled sequence: the replay generates exactly as many tokens
+        lengths = [len(c.get("token_ids") or []) for c in data.get("choices", [])]
         if data.get("prompt_token_ids") and lengths:
-            longest = max(max(lengths), 1)
-            recorder.request_shapes.append(Shape(data["prompt_token_ids"], len(lengths), longest, len(lengths) * longest))
-            even = max(round(sum(lengths) / len(lengths)), 1)
-            recorder.even_shapes.append(Shape(data["prompt_token_ids"], len(lengths), even, len(lengths) * even))
-        for length in lengths if data.get("prompt_token_ids") else []:
-            recorder.shapes.append(Shape(data["prompt_token_ids"], 1, max(length, 1), length))
+            sent = {"model": self.config.model, "messages": messages, **body, **self.config.extra_body}
+            recorder.sent.append(Sent(sent, data["prompt_token_ids"], lengths))
         return data, latency
 
     commit = Worker._commit
@@ -120,12 +133,11 @@ async def pipeline(url: str, model: str, algorithm: str, args: argparse.Namespac
         summary = await run_tasks(spec, list(range(args.tasks)), progress=False)
         cpu = time.process_time() - cpu0
     wall = summary.report.seconds
-    generated = sum(s.generated for s in recorder.shapes)
+    shapes = [shape for sent in recorder.sent for shape in sent.sequences()]
     return {
-        "wall": wall, "generated": generated, "cache": summary.cache_hit_rate, "shapes": recorder.shapes,
-        "requests": recorder.requests, "cpu": cpu, "commit": recorder.commit_s,
-        "mean_in_flight": summary.mean_in_flight, "limit": summary.in_flight_limit,
-        "request_shapes": recorder.request_shapes, "even_shapes": recorder.even_shapes, "sent": recorder.sent,
+        "wall": wall, "generated": sum(s.generated for s in shapes), "cache": summary.cache_hit_rate,
+        "shapes": shapes, "requests": recorder.requests, "sent": recorder.sent, "cpu": cpu,
+        "commit": recorder.commit_s, "mean_in_flight": summary.mean_in_flight, "limit": summary.in_flight_limit,
     }
 
 
@@ -188,23 +200,27 @@ async def measure(url: str, model: str, args: argparse.Namespace) -> None:
         levels = args.raw_sequences if args.concurrency == "auto" else [max(1, round(args.concurrency * per_request))]
         raw = {f"{c} single-sequence requests": await raw_replay(url, model, sequences, c) for c in levels}
         for c in sweep_levels:
-            raw[f"{c} n-sample requests, the sweep's tokens"] = await raw_replay(url, model, p["even_shapes"][:count], c)
+            raw[f"{c} n-sample requests, the sweep's tokens"] = await raw_replay(
+                url, model, [sent.evened() for sent in p["sent"][:count]], c)
         # Not counted, to see where the rest goes: the sweep's own requests exactly as sent (chat,
         # grammar, logprobs, seeds) without the worker; and, with --padded, every sample as long
         # as its request's longest (more tokens per prefill than the sweep generated).
-        shown = {f"{c} of the sweep's requests as sent": await replay(url, [("/chat/completions", b) for b in p["sent"][:count]], c)
-                 for c in sweep_levels}
-        for c in sweep_levels if args.padded else []:
-            shown[f"{c} n-sample requests, padded to the longest"] = await raw_replay(url, model, p["request_shapes"][:count], c)
+        as_sent = {f"{c} of the sweep's requests as sent":
+                   await replay(url, [("/chat/completions", sent.body) for sent in p["sent"][:count]], c)
+                   for c in sweep_levels}
+        padded = {f"{c} n-sample requests, padded to the longest":
+                  await raw_replay(url, model, [sent.padded() for sent in p["sent"][:count]], c)
+                  for c in (sweep_levels if args.padded else [])}
         hits1 = await prefix_cache_counters(url)
-        report(algorithm, p, raw, shown, (hits0, hits1))
+        report(algorithm, p, raw, as_sent, padded, (hits0, hits1))
 
 
-def report(algorithm: str, p: dict, raw: dict, shown: dict, hits: tuple) -> None:
+def report(algorithm: str, p: dict, raw: dict, as_sent: dict, padded: dict, hits: tuple) -> None:
+    """`raw`: the generate-only replays (the ratio's baseline); `as_sent`, `padded`: shown, not counted."""
     pipe_tps = p["generated"] / p["wall"]
     raw_tps = max(tokens / seconds for seconds, tokens, _ in raw.values())
-    as_sent_tps = max(tokens / seconds for seconds, tokens, _ in
-                      (v for k, v in shown.items() if k.endswith("as sent")))
+    as_sent_tps = max(tokens / seconds for seconds, tokens, _ in as_sent.values())
+    shown = as_sent | padded
     prompt_lens = [len(s.prompt_ids) for s in p["shapes"]]
     print(f"\n[{algorithm}] {p['requests']} requests, {len(p['shapes'])} sequences, prompt {statistics.mean(prompt_lens):.0f} tokens mean, "
           f"{p['generated']} generated tokens")

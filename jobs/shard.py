@@ -28,9 +28,8 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     end of the reply), so those lengths are tried first; else a binary search."""
     n = min(len(a), len(b))
     for k in range(n, max(n - 4, 0) - 1, -1):
-        if a[k - 1 : k] == b[k - 1 : k] or k == 0:  # a cheap look at the last token first
-            if a[:k] == b[:k]:
-                return k
+        if a[k - 1 : k] == b[k - 1 : k] and a[:k] == b[:k]:  # the last token first: a cheap look
+            return k
     lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
     while hi - lo > 1:
         mid = (lo + hi) // 2

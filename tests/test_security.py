@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from test_manifests import BASE
 from thicket.manifests import render, to_yaml
 from thicket.spec import load_spec, parse_spec
 
@@ -69,11 +70,9 @@ def readable(name: str, data: bytes) -> bytes:
 # -- credentials: manifests ----------------------------------------------------------------------
 
 S3_SPEC = {
+    **BASE,
     "name": "sec",
-    "tasks": {"env": "textcraft", "start": 0, "stop": 20, "per_index": 10},
-    "search": {"algorithm": "mcts", "iterations": 3},
-    "policy": {"kind": "vllm", "model": "meta-llama/Llama-3.1-8B-Instruct"},
-    "output": "s3://datasets/rollouts",
+    "tasks": {**BASE["tasks"], "stop": 20},
     "storage": {"endpoint_url": "http://minio:9000", "access_key_id_env": "TEAM_KEY_ID",
                 "secret_access_key_env": "TEAM_SECRET", "session_token_env": "TEAM_TOKEN"},
     "cluster": {"hf_token_secret": "hf-token", "envs": [{"family": "textcraft", "port": 8100}]},

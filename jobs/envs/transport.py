@@ -1,10 +1,10 @@
-"""A lean HTTP/1.1 transport for httpx: keep-alive connections on asyncio protocols, responses
-parsed by httptools (the C parser uvicorn uses).
+"""Lean HTTP/1.1 for the env client: keep-alive connections on asyncio protocols, responses
+parsed by httptools (the C parser uvicorn uses), requests encoded straight to bytes.
 
-httpx's default transport (httpcore on anyio) costs ~1-2 ms of CPU per request on a small
-machine and grows with the number of pooled connections; env steps are tiny requests to one
-local server, many per second, so that overhead was most of a step. This transport keeps
-httpx's API (requests, responses, timeouts, errors) and speaks plain http:// only.
+httpx's default transport (httpcore on anyio) and its Request/Response objects cost most of
+an env step's client CPU; env steps are tiny requests to one local server, many per second.
+LeanExchange speaks plain http:// only and raises httpx's errors; HttpxExchange gives the same
+interface over any httpx transport (https://, tests).
 """
 
 from __future__ import annotations
@@ -101,25 +101,12 @@ class _Connection(asyncio.Protocol):
         self.close()
 
 
-class LeanTransport(httpx.AsyncBaseTransport):
+class LeanTransport:
     """HTTP/1.1 over plain TCP with pooled keep-alive connections (idle ones reused LIFO)."""
 
     def __init__(self, max_idle_per_origin: int = 64) -> None:
         self.max_idle = max_idle_per_origin
         self._idle: defaultdict[Origin, list[_Connection]] = defaultdict(list)
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.scheme != "http":
-            raise httpx.UnsupportedProtocol(f"LeanTransport speaks http:// only, not {request.url.scheme}://")
-        origin = (request.url.host, request.url.port or 80)
-        timeouts = request.extensions.get("timeout", {})
-        body = await request.aread()
-        try:
-            status, headers, content = await self.send(origin, _head(request, len(body)), body,
-                                                       timeouts.get("connect"), timeouts.get("read"))
-        except httpx.TransportError as err:
-            raise type(err)(str(err), request=request) from None
-        return httpx.Response(status, headers=headers, content=content, request=request)
 
     async def send(self, origin: Origin, head: bytes, body: bytes, connect_timeout: float | None,
                    read_timeout: float | None) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
@@ -166,22 +153,6 @@ class LeanTransport(httpx.AsyncBaseTransport):
                 with contextlib.suppress(Exception):
                     connection.close()
         self._idle.clear()
-
-
-def _head(request: httpx.Request, length: int) -> bytes:
-    target = request.url.raw_path
-    lines = [request.method.encode() + b" " + target + b" HTTP/1.1"]
-    has_length = False
-    for name, value in request.headers.raw:
-        lowered = name.lower()
-        if lowered == b"content-length":
-            has_length = True
-        elif lowered == b"transfer-encoding":
-            continue  # the body was read whole: send it with a length
-        lines.append(name + b": " + value)
-    if not has_length and (length or request.method in ("POST", "PUT", "PATCH")):
-        lines.append(b"content-length: " + str(length).encode())
-    return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
 # --- whole requests to one base URL -----------------------------------------------------------

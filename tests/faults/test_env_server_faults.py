@@ -136,7 +136,7 @@ async def test_a_response_cut_off_by_a_dying_server_is_a_transport_error_not_an_
     """What a kill -9 between a response's headers and its body looks like on the wire."""
     import asyncio
 
-    from thicket.envs.transport import LeanTransport
+    from thicket.envs.transport import LeanExchange
 
     async def headers_then_die(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
@@ -146,6 +146,8 @@ async def test_a_response_cut_off_by_a_dying_server_is_a_transport_error_not_an_
 
     server = await asyncio.start_server(headers_then_die, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    async with server, httpx.AsyncClient(transport=LeanTransport()) as client:
+    exchange = LeanExchange(f"http://127.0.0.1:{port}", timeout_s=10)
+    async with server:
         with pytest.raises(httpx.RemoteProtocolError):
-            await client.post(f"http://127.0.0.1:{port}/step", json={"action": "x"})
+            await exchange("POST", "/step", b'{"action": "x"}')
+        await exchange.aclose()
