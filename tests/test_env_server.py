@@ -328,6 +328,8 @@ async def test_bad_requests_get_clear_json_errors(server):
         await expect(413, "body_too_large", "POST", "/step", content=b" " * (2 << 20))
         await expect(404, "unknown_family", "POST", "/create", json={"family": "chess"})
         await expect(404, "unknown_family", "POST", "/chess/create", json={})
+        await expect(404, "unknown_family", "POST", "/chess/step", json={"id": env_id, "action": "inventory"})
+        await expect(404, "unknown_instance", "POST", "/textcraft/step", json={"id": 12345, "action": "inventory"})
         await expect(422, "bad_env_args", "POST", "/create", json={"family": "frozenlake", "env_args": {"colour": 1}})
         await expect(422, "unsupported", "POST", "/textcraft/create", json={"goal": "stick"})
         await expect(422, "bad_request", "POST", "/reset", json={"id": env_id, "data_idx": -1})
@@ -337,6 +339,18 @@ async def test_bad_requests_get_clear_json_errors(server):
         # the instance and the server are fine
         ok = await http.post("/step", json={"id": env_id, "action": "inventory"})
         assert ok.status_code == 200 and "server-timing" in ok.headers
+        assert ok.headers["content-type"] == "application/json" and ok.json()["observation"]
+        steps_line = 'thicket_env_steps_total{family="textcraft"}'
+
+        async def steps_taken() -> float:
+            text = (await http.get("/metrics")).text
+            return float(next(line for line in text.splitlines() if line.startswith(steps_line)).split()[-1])
+
+        before = await steps_taken()
+        again = await http.post("/textcraft/step", json={"id": env_id, "action": "inventory", "request_id": "r1"})
+        retry = await http.post("/textcraft/step", json={"id": env_id, "action": "inventory", "request_id": "r1"})
+        assert retry.status_code == 200 and retry.content == again.content
+        assert await steps_taken() == before + 1  # the retry got the first answer, not a second step
         assert (await http.get("/health")).json()["status"] == "ok"
         metrics = (await http.get("/metrics")).text
         assert 'thicket_env_errors_total{code="bad_json"} 2' in metrics
