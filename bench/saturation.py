@@ -66,6 +66,16 @@ class Sent:
         even = max(round(sum(self.lengths) / len(self.lengths)), 1)
         return Shape(self.prompt_ids, len(self.lengths), even, len(self.lengths) * even)
 
+    def as_chat(self, logprobs: bool = True) -> tuple[str, dict]:
+        """The request as sent, or without its logprobs."""
+        return "/chat/completions", self.body if logprobs else {k: v for k, v in self.body.items() if k != "logprobs"}
+
+    def as_completion(self, logprobs: bool = True) -> tuple[str, dict]:
+        """The same request on /completions with its prompt ids (no chat template, no chat
+        logprobs objects): sampling, seeds and grammar kept; logprobs 0 (the sampled token's)."""
+        body = {k: v for k, v in self.body.items() if k not in ("messages", "logprobs", "top_logprobs")}
+        return "/completions", {**body, "prompt": self.prompt_ids, **({"logprobs": 0} if logprobs else {})}
+
     def padded(self) -> Shape:
         """The request's n samples, each as long as its longest."""
         longest = max(max(self.lengths), 1)
@@ -206,21 +216,32 @@ async def measure(url: str, model: str, args: argparse.Namespace) -> None:
         # grammar, logprobs, seeds) without the worker; and, with --padded, every sample as long
         # as its request's longest (more tokens per prefill than the sweep generated).
         as_sent = {f"{c} of the sweep's requests as sent":
-                   await replay(url, [("/chat/completions", sent.body) for sent in p["sent"][:count]], c)
+                   await replay(url, [sent.as_chat() for sent in p["sent"][:count]], c)
                    for c in sweep_levels}
         padded = {f"{c} n-sample requests, padded to the longest":
                   await raw_replay(url, model, [sent.padded() for sent in p["sent"][:count]], c)
                   for c in (sweep_levels if args.padded else [])}
+        features = {}
+        if args.features:  # the same requests with one feature after another taken off
+            c, sent = sweep_levels[-1], p["sent"][:count]
+            variants = {
+                "as sent, chat without logprobs": [x.as_chat(logprobs=False) for x in sent],
+                "as /completions on prompt ids, logprobs 0": [x.as_completion() for x in sent],
+                "as /completions on prompt ids, no logprobs": [x.as_completion(logprobs=False) for x in sent],
+            }
+            features = {f"{c} of the sweep's requests {label}": await replay(url, requests, c)
+                        for label, requests in variants.items()}
         hits1 = await prefix_cache_counters(url)
-        report(algorithm, p, raw, as_sent, padded, (hits0, hits1))
+        report(algorithm, p, raw, as_sent, padded | features, (hits0, hits1))
 
 
-def report(algorithm: str, p: dict, raw: dict, as_sent: dict, padded: dict, hits: tuple) -> None:
-    """`raw`: the generate-only replays (the ratio's baseline); `as_sent`, `padded`: shown, not counted."""
+def report(algorithm: str, p: dict, raw: dict, as_sent: dict, others: dict, hits: tuple) -> None:
+    """`raw`: the generate-only replays (the ratio's baseline); `as_sent` (the split's middle
+    term) and `others` (--padded, --features): shown, not counted."""
     pipe_tps = p["generated"] / p["wall"]
     raw_tps = max(tokens / seconds for seconds, tokens, _ in raw.values())
     as_sent_tps = max(tokens / seconds for seconds, tokens, _ in as_sent.values())
-    shown = as_sent | padded
+    shown = as_sent | others
     prompt_lens = [len(s.prompt_ids) for s in p["shapes"]]
     print(f"\n[{algorithm}] {p['requests']} requests, {len(p['shapes'])} sequences, prompt {statistics.mean(prompt_lens):.0f} tokens mean, "
           f"{p['generated']} generated tokens")
@@ -255,6 +276,9 @@ def main() -> None:
     parser.add_argument("--padded", action="store_true",
                         help="also replay the sweep's requests padded to their longest sample (printed, not counted)")
     parser.add_argument("--unconstrained", action="store_true", help="the sweep with constrain_actions off")
+    parser.add_argument("--features", action="store_true",
+                        help="also replay the sweep's requests without chat logprobs, and on /completions with their "
+                             "prompt ids with and without logprobs (printed, not counted)")
     parser.add_argument("--algorithms", nargs="+", default=["mcts", "tot"], choices=list(SEARCHES))
     parser.add_argument("--model-dir", help="serve this model folder instead of building the tiny one")
     args = parser.parse_args()
