@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from thicket.aggregate.source import BATCH_NODES
 from thicket.storage.shards import TREE_SCHEMA, write_shard
 from thicket.storage.store import LocalStore
 
@@ -174,11 +175,11 @@ def generate(folder: str, total_nodes: int, shape: Shape, seed: int = 0) -> tupl
     return trees, nodes
 
 
-def aggregate_only(folder: str, workers: int | None) -> None:
+def aggregate_only(folder: str, workers: int | None, batch_nodes: int) -> None:
     from thicket.aggregate.driver import aggregate
 
     started = time.perf_counter()
-    result = aggregate(folder, workers=workers)
+    result = aggregate(folder, workers=workers, batch_nodes=batch_nodes)
     seconds = time.perf_counter() - started
     print(json.dumps({"seconds": seconds, "rows": result.rows, "nodes": result.stats["nodes"]}))
 
@@ -275,10 +276,11 @@ def main() -> None:
     parser.add_argument("--keep", help="generate into (or reuse) this folder instead of a temp dir")
     parser.add_argument("--workers", type=int, default=-1, help="aggregation processes (-1: automatic, 0: inline)")
     parser.add_argument("--stages", type=int, default=0, help="also time each stage over this many trees")
+    parser.add_argument("--batch-nodes", type=int, default=BATCH_NODES, help="nodes of the trees built at once")
     parser.add_argument("--aggregate-only", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.aggregate_only:
-        return aggregate_only(args.aggregate_only, None if args.workers < 0 else args.workers)
+        return aggregate_only(args.aggregate_only, None if args.workers < 0 else args.workers, args.batch_nodes)
 
     folder = args.keep or tempfile.mkdtemp(prefix="thicket-bench-")
     try:
@@ -288,7 +290,8 @@ def main() -> None:
             started = time.perf_counter()
             trees, nodes = generate(folder, args.nodes, Shape(nodes_per_tree=args.nodes_per_tree))
             print(f"generated {trees} trees, {nodes:,} nodes in {time.perf_counter() - started:.1f} s -> {folder}")
-        command = [sys.executable, __file__, "--aggregate-only", folder, "--workers", str(args.workers)]
+        command = [sys.executable, __file__, "--aggregate-only", folder, "--workers", str(args.workers),
+                   "--batch-nodes", str(args.batch_nodes)]
         out, peak, cpu = run_measured(command)
         report = json.loads(out.strip().splitlines()[-1])
         rate = report["nodes"] / report["seconds"]
