@@ -258,8 +258,9 @@ def report(algorithm: str, p: dict, raw: dict, as_sent: dict, others: dict, hits
     if hits0 and hits1:
         print(f"  (sweep + replay together: {(hits1[0] - hits0[0]) / max(hits1[1] - hits0[1], 1):.1%})")
     busy = p["cpu"]
-    print(f"  worker time: wall {p['wall']:.1f} s, worker CPU {busy:.1f} s "
-          f"(of which shard serialisation {p['commit']:.2f} s); waiting on the LLM ~{max(p['wall'] - busy, 0):.1f} s")
+    print(f"  worker time: wall {p['wall']:.1f} s, worker CPU {busy:.1f} s; waiting on the LLM "
+          f"~{max(p['wall'] - busy, 0):.1f} s; shard commits {p['commit']:.2f} s of wall time, summed "
+          "(background threads, off the search's path)")
 
 
 def main() -> None:

@@ -38,6 +38,9 @@ ENV_STEP_SECONDS = Histogram(
     "Env step latency (replayed steps included)",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
 )
+CUT_REPLIES = Counter(
+    "thicket_cut_constrained_replies", "Constrained replies cut by their token budget before the action (completed by act)"
+)
 RETRIES = Counter("thicket_retries", "Requests sent again after a transient failure, by target", ["target"])
 PREFIX_CACHE_HIT_RATIO = Gauge(
     "thicket_prefix_cache_hit_ratio", "Share of prompt tokens served from vLLM's prefix cache since the run began"

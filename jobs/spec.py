@@ -122,7 +122,10 @@ class PolicySpec(Strict):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_tokens: int = Field(256, ge=1)
     constrain_actions: bool = Field(True, description="force actions into the env's valid actions")
-    max_thought_chars: int = Field(200, ge=0)
+    max_thought_chars: int = Field(
+        0, ge=0, description="constrained thoughts: one line of at most this many characters; 0: any length "
+        "(bounds make the grammar costly for vLLM: keep them small, for tiny models that never end a line)"
+    )
     show_valid_actions: bool = Field(False, description="list valid actions in each observation")
     concurrency: Annotated[int, Field(ge=1, le=4096)] | Literal["auto"] = Field(
         "auto", description="LLM requests in flight per pod; auto: tuned from vLLM's load gauges (else 64)"

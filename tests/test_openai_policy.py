@@ -110,6 +110,20 @@ async def test_constrained_actions_are_always_valid(vllm_server: VLLMServer) -> 
 
 
 @pytest.mark.vllm
+async def test_unbounded_thoughts_still_end_in_valid_actions(vllm_server: VLLMServer) -> None:
+    """The tiny model's noise seldom ends a line: its unbounded thoughts run into the token
+    budget, and act() chooses their actions."""
+    async with started(served(vllm_server, constrain_actions=True, max_thought_chars=0, max_tokens=24)) as policy:
+        replies = await policy.propose(TASK, 6, valid_actions=VALID, seed=300, temperature=1.0)
+    assert len(replies) == 6
+    for reply in replies:
+        assert reply.constrained and reply.action in VALID and "\n" not in reply.thought
+        assert reply.text == prompts.turn(reply.thought, reply.action)
+        assert 0 < reply.action_token_start < len(reply.token_ids)
+        assert_sampled(reply)
+
+
+@pytest.mark.vllm
 async def test_think_then_act(vllm_server: VLLMServer) -> None:
     async with started(served(vllm_server, constrain_actions=True)) as policy:
         thoughts = await policy.think(TASK, 3, seed=50, temperature=1.0)
@@ -307,6 +321,57 @@ async def test_request_fields_sent() -> None:
     assert act["structured_outputs"] == {"choice": list(VALID)}
     assert act["continue_final_message"] is True and act["add_generation_prompt"] is False
     assert act["messages"][-1] == {"role": "assistant", "content": "Thought: hm\nAction: "}
+
+
+def cut_body(tokens: list[str]) -> dict[str, Any]:
+    """A reply the token budget cut (finish_reason length) after these tokens."""
+    body = chat_body("".join(tokens))
+    body["choices"][0] |= {
+        "finish_reason": "length",
+        "token_ids": [100 + i for i in range(len(tokens))],
+        "logprobs": {"content": [{"token": t, "logprob": -0.25} for t in tokens]},
+    }
+    return body
+
+
+def act_body(action: str) -> dict[str, Any]:
+    body = chat_body(action)
+    body["choices"][0] |= {"token_ids": [7, 8], "logprobs": {"content": [{"token": action, "logprob": -0.1},
+                                                                         {"token": "", "logprob": -0.2}]}}
+    body["usage"] = {"prompt_tokens": 9, "prompt_tokens_details": {"cached_tokens": 6}}
+    return body
+
+
+@pytest.mark.parametrize("tokens, thought, kept", [
+    (["Thought", ":", " still", " going"], "still going", 4),  # cut in the thought
+    (["Thought", ":", " done", "\n", "Action", ":", " get 1"], "done", 4),  # cut in the action
+])
+async def test_a_constrained_reply_cut_before_its_action_is_completed_by_act(
+    tokens: list[str], thought: str, kept: int
+) -> None:
+    with scripted_server((200, cut_body(tokens), 0), (200, act_body("inventory"), 0)) as (url, bodies):
+        policy = OpenAIPolicy(config_for(url, constrain_actions=True, max_thought_chars=0))
+        [reply] = await policy.propose(TASK, 1, valid_actions=VALID, seed=40)
+        await policy.close()
+    propose, act = bodies
+    assert propose["structured_outputs"] == {"regex": prompts.action_regex(VALID, 0)}
+    assert "[^\\n]*" in propose["structured_outputs"]["regex"]  # unbounded: cheap for the grammar
+    assert act["structured_outputs"] == {"choice": list(VALID)} and act["seed"] == 40
+    assert act["messages"][-1] == {"role": "assistant", "content": f"Thought: {thought}\nAction: "}
+    assert reply.action == "inventory" and reply.thought == thought and reply.constrained
+    assert reply.text == prompts.turn(thought, "inventory")
+    assert reply.token_ids == [100 + i for i in range(kept)] + [7, 8]
+    assert reply.logprobs == [-0.25] * kept + [-0.1, -0.2]
+    assert reply.action_token_start == kept and reply.prompt_token_ids == [1, 2, 3]
+    assert reply.prompt_tokens == 3 + 9 and reply.cached_tokens == 6
+
+
+async def test_a_constrained_reply_that_ends_in_an_action_is_kept() -> None:
+    with scripted_server((200, chat_body(), 0)) as (url, bodies):
+        policy = OpenAIPolicy(config_for(url, constrain_actions=True, max_thought_chars=0))
+        [reply] = await policy.propose(TASK, 1, valid_actions=VALID, seed=40)
+        await policy.close()
+    assert len(bodies) == 1 and reply.action == "inventory"
 
 
 # -- helpers ----------------------------------------------------------------------------

@@ -17,10 +17,11 @@ left; a reply's prompt_token_ids show the prompt that was actually used.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import accumulate
 from typing import Any
@@ -58,7 +59,7 @@ class OpenAIConfig:
     top_p: float = 1.0
     max_tokens: int = 256
     constrain_actions: bool = False
-    max_thought_chars: int = 200
+    max_thought_chars: int = 0  # constrained thoughts: at most this many characters (0: a line of any length)
     concurrency: int = 64  # requests in flight (where the limit moves: the first limit)
     concurrency_ceiling: int | None = None  # where an InFlightTuner moves it: the highest it goes
     timeout_s: float = 120.0
@@ -301,9 +302,11 @@ class OpenAIPolicy(Policy):
         return bool(self.config.constrain_actions and valid_actions)
 
     def _reply_budget(self, valid_actions: tuple[str, ...]) -> int:
-        """Tokens that always fit a constrained reply (a char can take up to 4 byte tokens),
-        so the grammar is never cut before the action."""
+        """Tokens that always fit a constrained reply whose thought is bounded (a char can take
+        up to 4 byte tokens), so the grammar is never cut before the action."""
         longest = max(len(a.encode()) for a in valid_actions)
+        if self.config.max_thought_chars <= 0:
+            return max(self.config.max_tokens, longest + 32)
         return max(self.config.max_tokens, 4 * self.config.max_thought_chars + longest + 32)
 
     async def propose(
@@ -322,10 +325,36 @@ class OpenAIPolicy(Policy):
             regex = prompts.action_regex(valid_actions, self.config.max_thought_chars)
             body["structured_outputs"] = {"regex": regex}
         data, latency = await self._chat(messages, body)
-        return [
+        replies = [
             self._full_reply(data, choice, i == 0, seed, body["temperature"], constrained, latency)
             for i, choice in enumerate(_choices(data))
         ]
+        if not (constrained and valid_actions):
+            return replies
+        return list(await asyncio.gather(*(self._with_action(messages, r, valid_actions) for r in replies)))
+
+    async def _with_action(self, messages: Messages, reply: Reply, valid_actions: tuple[str, ...]) -> Reply:
+        """A constrained reply that the token budget cut before its action (an unbounded thought
+        that ran on) gets its action from act(), as a thought: its tokens before the one that
+        reaches "Action:" (if it got there) are kept. Its usage is added to act()'s."""
+        if reply.finish_reason != "length" or reply.action in valid_actions:
+            return reply
+        mark = reply.text.find("\nAction:")
+        keep = len(reply.token_ids) if mark < 0 or reply.action_token_start < 0 else reply.action_token_start
+        thought_text = reply.text if mark < 0 else reply.text[:mark]
+        thought = replace(
+            reply,
+            thought=prompts.parse_reply(thought_text)[0],
+            token_ids=reply.token_ids[:keep],
+            logprobs=reply.logprobs[:keep],
+        )
+        log.debug("constrained reply cut by its token budget in its thought; its action is chosen by act()")
+        metrics.CUT_REPLIES.inc()
+        completed = await self.act(messages, thought, valid_actions=valid_actions, seed=reply.seed,
+                                   temperature=reply.temperature)
+        cached = None if reply.cached_tokens is None else reply.cached_tokens + (completed.cached_tokens or 0)
+        return replace(completed, prompt_tokens=reply.prompt_tokens + completed.prompt_tokens,
+                       cached_tokens=cached, latency_s=reply.latency_s + completed.latency_s)
 
     @staticmethod
     def _full_reply(
@@ -367,7 +396,7 @@ class OpenAIPolicy(Policy):
         body = self._sampling(n, seed, temperature, self.config.max_tokens)
         body |= {"stop": list(THINK_STOP), "continue_final_message": True, "add_generation_prompt": False}
         if self.config.constrain_actions:
-            body["structured_outputs"] = {"regex": f"[^\\n]{{0,{self.config.max_thought_chars}}}"}
+            body["structured_outputs"] = {"regex": prompts.thought_regex(self.config.max_thought_chars)}
         data, latency = await self._chat(prefill, body, keep_last=1)
         return [
             self._thought_reply(data, choice, i == 0, seed, body["temperature"], latency)

@@ -53,10 +53,20 @@ def parse_reply(text: str) -> tuple[str, str]:
     return thought, action
 
 
+def thought_regex(max_thought_chars: int) -> str:
+    """One line of thought: at most max_thought_chars characters, or any number with 0.
+
+    A bound costs the server: xgrammar unrolls [^\\n]{0,N} into N grammar states, so with a
+    32k-token vocabulary N=200 took 1.5 s to compile (once per distinct valid-action set)
+    and 230-390 us a token to match, against 8-18 ms and 4-7 us unbounded (bench/grammar.py).
+    Keep bounds for tiny models that never end a line by themselves."""
+    return f"[^\\n]{{0,{max_thought_chars}}}" if max_thought_chars > 0 else "[^\\n]*"
+
+
 def action_regex(valid_actions: tuple[str, ...], max_thought_chars: int) -> str:
-    """A regex for structured outputs: a free one-line thought, then one valid action."""
+    """A regex for structured outputs: a one-line thought, then one valid action."""
     choices = "|".join(re.escape(a) for a in valid_actions)
-    return f"Thought: [^\\n]{{0,{max_thought_chars}}}\\nAction: ({choices})"
+    return f"Thought: {thought_regex(max_thought_chars)}\\nAction: ({choices})"
 
 
 def extend(messages: Messages, reply_text: str, observation: dict[str, str]) -> Messages:
