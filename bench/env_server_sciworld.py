@@ -16,8 +16,8 @@ Workloads:
   free   valid_actions=False: random actions from a few fixed ones ("look around", ...)
 
 JVM starts, the first load of each task (the split lists are cached per process) and a
-quarter as many steps again (other seeds: the JIT's warm-up) are paid before timing. Per round and workload: in process first, then via the server; the
-server's overhead = 1 - server steps/s / in-process steps/s (goal: < 10%), and in CPU a
+quarter as many steps again (other seeds: the JIT's warm-up) are paid before timing. Per
+round and workload, the server's overhead = 1 - server steps/s / in-process steps/s (goal: < 10%), and in CPU a
 step summed over every process involved (this bench, the server, the JVMs), and the Python
 CPU a step the server path adds (its HTTP, both sides) against the in-process CPU a step.
 The JVMs' own CPU a step for the same work varies by 10-20% between runs (JIT, GC, 4 JVMs

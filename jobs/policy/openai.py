@@ -164,6 +164,10 @@ def _text_token_count(choice: dict[str, Any], keep_eos: bool) -> int:
     return len(tokens)
 
 
+def _cut_before_action(reply: Reply, valid_actions: tuple[str, ...]) -> bool:
+    return reply.finish_reason == "length" and reply.action not in valid_actions
+
+
 class OpenAIPolicy(Policy):
     """Policy over an OpenAI-compatible /chat/completions endpoint (one request per call)."""
 
@@ -329,7 +333,7 @@ class OpenAIPolicy(Policy):
             self._full_reply(data, choice, i == 0, seed, body["temperature"], constrained, latency)
             for i, choice in enumerate(_choices(data))
         ]
-        if not (constrained and valid_actions):
+        if not (constrained and valid_actions and any(_cut_before_action(r, valid_actions) for r in replies)):
             return replies
         return list(await asyncio.gather(*(self._with_action(messages, r, valid_actions) for r in replies)))
 
@@ -337,18 +341,12 @@ class OpenAIPolicy(Policy):
         """A constrained reply that the token budget cut before its action (an unbounded thought
         that ran on) gets its action from act(), as a thought: its tokens before the one that
         reaches "Action:" (if it got there) are kept. Its usage is added to act()'s."""
-        if reply.finish_reason != "length" or reply.action in valid_actions:
+        if not _cut_before_action(reply, valid_actions):
             return reply
-        mark = reply.text.find("\nAction:")
-        keep = len(reply.token_ids) if mark < 0 or reply.action_token_start < 0 else reply.action_token_start
-        thought_text = reply.text if mark < 0 else reply.text[:mark]
-        thought = replace(
-            reply,
-            thought=prompts.parse_reply(thought_text)[0],
-            token_ids=reply.token_ids[:keep],
-            logprobs=reply.logprobs[:keep],
-        )
-        log.debug("constrained reply cut by its token budget in its thought; its action is chosen by act()")
+        reached = "\nAction:" in reply.text and reply.action_token_start >= 0
+        keep = reply.action_token_start if reached else len(reply.token_ids)
+        thought = replace(reply, token_ids=reply.token_ids[:keep], logprobs=reply.logprobs[:keep])
+        log.debug("constrained reply cut by its token budget before its action; act() chooses it")
         metrics.CUT_REPLIES.inc()
         completed = await self.act(messages, thought, valid_actions=valid_actions, seed=reply.seed,
                                    temperature=reply.temperature)
