@@ -99,9 +99,26 @@ def commit_key(task: int) -> str:
     return f"{COMMITS}task-{task:08d}.json"
 
 
+# Columns whose values repeat within a tree; token ids and free texts hardly do, and
+# dictionary pages on them cost reading time for nothing.
+DICTIONARY_COLUMNS = ("sweep", "env", "algorithm", "model", "system_prompt", "action", "finish_reason", "stop_reason")
+
+
 def to_parquet(table: pa.Table) -> bytes:
+    """A tree's Parquet file. A shard is small (one tree), so a reader's fixed costs per
+    file and per column chunk dominate: lz4 rather than zstd (which sets up a decoder per
+    page), dictionaries only on repeated columns, no statistics (nothing filters shards)
+    and no stored Arrow schema more than halve aggregation's decoding and the worker's
+    encoding, at about the same bytes (bench/shard_encoding.py)."""
     sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd")
+    pq.write_table(
+        table,
+        sink,
+        compression="lz4",
+        use_dictionary=list(DICTIONARY_COLUMNS),
+        write_statistics=False,
+        store_schema=False,  # TREE_SCHEMA maps 1:1 onto Parquet types; parsing it cost a third of opening
+    )
     return sink.getvalue()
 
 
@@ -141,7 +158,9 @@ def read_shard(store: Store, marker: CommitMarker) -> pa.Table:
     digest = hashlib.sha256(data).hexdigest()
     if digest != marker.sha256:
         raise StoreError(f"shard {marker.data_key} is corrupt: sha256 {digest[:12]} != committed {marker.sha256[:12]}")
-    table = pq.read_table(io.BytesIO(data))
+    # One thread: a tree is small, and pyarrow 26's threaded read_table can abort the
+    # interpreter at exit ("terminate called without an active exception", apache/arrow#34314).
+    table = pq.read_table(pa.BufferReader(data), use_threads=False)
     if table.num_rows != marker.rows:
         raise StoreError(f"shard {marker.data_key} has {table.num_rows} rows, committed {marker.rows}")
     return table

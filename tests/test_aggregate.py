@@ -6,6 +6,7 @@ import hashlib
 import json
 import pickle
 import random
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -41,7 +42,8 @@ from thicket.search.mcts import MCTSParams
 from thicket.search.sample import SampleParams
 from thicket.shard import TreeMeta, rebuild_contexts, tree_table
 from thicket.spec import parse_spec
-from thicket.storage.shards import TREE_SCHEMA, write_shard
+import thicket.storage.shards as shards
+from thicket.storage.shards import TREE_SCHEMA, commit_key, read_marker, write_shard
 from thicket.storage.store import LocalStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -604,6 +606,34 @@ def test_aggregation_writes_bounded_parts_a_manifest_last_and_is_idempotent(tmp_
     aggregate(str(sweep), **many, workers=2)
     assert files_under(out) == inline
     assert dataset_rows(out) == rows and json.loads((out / "stats.json").read_text()) == stats
+
+
+def test_shards_of_an_earlier_encoding_aggregate_beside_current_ones(tmp_path, monkeypatch):
+    """A sweep resumed after an upgrade holds shards of both encodings (the earlier: zstd,
+    every column a dictionary, statistics and the Arrow schema stored)."""
+    current = synthetic_sweep(tmp_path / "current")
+    aggregate(str(current))
+
+    def earlier_encoding(table: pa.Table) -> bytes:
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, compression="zstd")
+        return sink.getvalue().to_pybytes()
+
+    mixed = tmp_path / "mixed"
+    shutil.copytree(current, mixed)
+    shutil.rmtree(mixed / "datasets")
+    store = LocalStore(mixed)
+    monkeypatch.setattr(shards, "to_parquet", earlier_encoding)
+    for task in range(0, 12, 2):  # every other task rewritten the earlier way
+        marker = read_marker(store, task)
+        table = shards.read_shard(store, marker)
+        store.delete(commit_key(task))
+        store.delete(marker.data_key)
+        write_shard(store, task, table, "earlier")
+        assert read_marker(store, task).data_key != marker.data_key  # other bytes
+    monkeypatch.undo()
+    aggregate(str(mixed))
+    assert dataset_rows(mixed / "datasets") == dataset_rows(current / "datasets")
 
 
 def dataset_rows(out: Path) -> dict[str, list[dict]]:
