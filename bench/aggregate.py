@@ -3,6 +3,7 @@
     .venv/bin/python bench/aggregate.py                       # 5M nodes (~10k trees of ~500)
     .venv/bin/python bench/aggregate.py --nodes 500000 --keep /tmp/shards
     .venv/bin/python bench/aggregate.py --nodes 500000 --keep /tmp/shards --stages 200
+    .venv/bin/python bench/aggregate.py --nodes 50000 --nodes-per-tree 80 --s3 --reads-in-flight 1
 
 Trees are generated with numpy in TREE_SCHEMA (random shapes, sampled ids with consistent
 compressed contexts, some cut by a token, rewards, values, visits, texts) and committed
@@ -11,6 +12,9 @@ with write_shard. The aggregation runs in a child process so its peak RSS is its
 aggregation builds at once), on one thread: decoding and the part writer (Parquet encoding,
 per dataset) run on background threads in an aggregation, building rows on the main
 thread; on 2 cores the rate is bounded by half their sum, and by the largest of the three.
+--s3 copies the shards into a local S3 server (moto_server) and aggregates the s3:// URI:
+every commit marker and shard is a GET there; --reads-in-flight sets how many the store
+keeps in flight (S3Store's default otherwise).
 Goals: >= 200,000 nodes/s on 2 cores, peak RSS < 1 GB.
 """
 
@@ -175,8 +179,12 @@ def generate(folder: str, total_nodes: int, shape: Shape, seed: int = 0) -> tupl
     return trees, nodes
 
 
-def aggregate_only(folder: str, workers: int | None, batch_nodes: int) -> None:
+def aggregate_only(folder: str, workers: int | None, batch_nodes: int, reads_in_flight: int) -> None:
     from thicket.aggregate.driver import aggregate
+    from thicket.storage.s3 import S3Store
+
+    if reads_in_flight > 0:
+        S3Store.reads_in_flight = reads_in_flight
 
     started = time.perf_counter()
     result = aggregate(folder, workers=workers, batch_nodes=batch_nodes)
@@ -237,6 +245,20 @@ def stages(folder: str, trees: int) -> None:
         print(f"  {stage:<32}{seconds / nodes * 1e6:7.2f}")
 
 
+def copy_to_s3(folder: str, endpoint: str) -> str:
+    """The sweep folder's spec and trees in a new bucket of the S3 server at `endpoint`."""
+    from thicket.storage.s3 import S3Store
+    from thicket.storage.store import StorageSettings
+
+    uri = "s3://bench-aggregate/sweep"
+    S3Store(uri, StorageSettings(endpoint_url=endpoint)).client.create_bucket(Bucket="bench-aggregate")
+    store = S3Store(uri, StorageSettings(endpoint_url=endpoint))
+    keys = [os.path.relpath(os.path.join(d, f), folder) for d, _, fs in os.walk(os.path.join(folder, "trees")) for f in fs]
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda key: store.put(key, open(os.path.join(folder, key), "rb").read()), keys))
+    return uri
+
+
 def tree_rss(pid: int) -> int:
     """Resident bytes of a process and all its descendants (Linux /proc)."""
     total, stack = 0, [pid]
@@ -277,10 +299,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=-1, help="aggregation processes (-1: automatic, 0: inline)")
     parser.add_argument("--stages", type=int, default=0, help="also time each stage over this many trees")
     parser.add_argument("--batch-nodes", type=int, default=BATCH_NODES, help="nodes of the trees built at once")
+    parser.add_argument("--s3", action="store_true", help="aggregate from a local S3 server (moto_server)")
+    parser.add_argument("--reads-in-flight", type=int, default=0, help="S3 gets in flight (0: the store's default)")
     parser.add_argument("--aggregate-only", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.aggregate_only:
-        return aggregate_only(args.aggregate_only, None if args.workers < 0 else args.workers, args.batch_nodes)
+        workers = None if args.workers < 0 else args.workers
+        return aggregate_only(args.aggregate_only, workers, args.batch_nodes, args.reads_in_flight)
 
     folder = args.keep or tempfile.mkdtemp(prefix="thicket-bench-")
     try:
@@ -290,9 +315,22 @@ def main() -> None:
             started = time.perf_counter()
             trees, nodes = generate(folder, args.nodes, Shape(nodes_per_tree=args.nodes_per_tree))
             print(f"generated {trees} trees, {nodes:,} nodes in {time.perf_counter() - started:.1f} s -> {folder}")
-        command = [sys.executable, __file__, "--aggregate-only", folder, "--workers", str(args.workers),
-                   "--batch-nodes", str(args.batch_nodes)]
-        out, peak, cpu = run_measured(command)
+        source, server = folder, None
+        if args.s3:
+            from s3_upload import CREDENTIALS, start_moto
+
+            server, endpoint = start_moto()
+            os.environ.update(CREDENTIALS | {"AWS_ENDPOINT_URL": endpoint})
+            started = time.perf_counter()
+            source = copy_to_s3(folder, endpoint)
+            print(f"copied the shards to {source} at {endpoint} in {time.perf_counter() - started:.1f} s")
+        command = [sys.executable, __file__, "--aggregate-only", source, "--workers", str(args.workers),
+                   "--batch-nodes", str(args.batch_nodes), "--reads-in-flight", str(args.reads_in_flight)]
+        try:
+            out, peak, cpu = run_measured(command)
+        finally:
+            if server is not None:
+                server.kill()
         report = json.loads(out.strip().splitlines()[-1])
         rate = report["nodes"] / report["seconds"]
         print(f"aggregated {report['nodes']:,} nodes in {report['seconds']:.1f} s: {rate:,.0f} nodes/s "
@@ -300,9 +338,10 @@ def main() -> None:
               f"{cpu:.1f} CPU s ({report['nodes'] / cpu:,.0f} nodes per CPU s); load average {os.getloadavg()[0]:.1f} "
               f"on {os.cpu_count()} cores")
         print("rows: " + ", ".join(f"{k} {v:,}" for k, v in sorted(report["rows"].items())))
-        out = os.path.join(folder, "datasets")
-        size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs)
-        print(f"datasets: {size / 1e6:,.0f} MB under {out}")
+        if not args.s3:
+            out = os.path.join(folder, "datasets")
+            size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs)
+            print(f"datasets: {size / 1e6:,.0f} MB under {out}")
         if args.stages:
             stages(folder, args.stages)
     finally:

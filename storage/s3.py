@@ -149,6 +149,7 @@ def make_client(settings: StorageSettings) -> Any:
 
 class S3Store(Store):
     list_page_size = 1000
+    reads_in_flight = 16  # a GET's latency is mostly the round trip (the client pools 32 connections)
 
     def __init__(self, uri: str, settings: StorageSettings | None = None) -> None:
         self.bucket, self.prefix = parse_s3_uri(uri)

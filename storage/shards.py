@@ -149,7 +149,9 @@ def committed_task_ids(store: Store) -> set[int]:
 
 
 def committed_tasks(store: Store) -> dict[int, CommitMarker]:
-    markers = (CommitMarker.from_json(store.get(key)) for key in store.list(COMMITS) if key.endswith(".json"))
+    """Every commit marker, by task (one listing, then the markers' gets in flight together)."""
+    keys = [key for key in store.list(COMMITS) if key.endswith(".json")]
+    markers = (CommitMarker.from_json(data) for data in store.get_many(keys))
     return {m.task: m for m in markers}
 
 

@@ -11,7 +11,8 @@ import os
 import tempfile
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -48,6 +49,7 @@ class StorageSettings:
 
 class Store(ABC):
     uri: str
+    reads_in_flight: int = 1  # get_many's concurrent gets: what pays off against this store's latency
 
     @abstractmethod
     def put(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
@@ -65,6 +67,13 @@ class Store(ABC):
 
     @abstractmethod
     def delete(self, key: str) -> None: ...
+
+    def get_many(self, keys: Sequence[str]) -> list[bytes]:
+        """The objects at `keys`, in order, with up to reads_in_flight gets at a time."""
+        if self.reads_in_flight <= 1 or len(keys) <= 1:
+            return [self.get(key) for key in keys]
+        with ThreadPoolExecutor(min(self.reads_in_flight, len(keys)), thread_name_prefix="store-get") as pool:
+            return list(pool.map(self.get, keys))
 
     @abstractmethod
     def size(self, key: str) -> int:

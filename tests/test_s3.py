@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -82,6 +83,19 @@ def test_put_get_list_and_put_if_absent(s3_server, aws_env):
     with pytest.raises(StoreError, match="escapes"):
         store.put("../z", b"")
     assert sorted(objects(s3_server, bucket)) == ["runs/a/x/2", "runs/a/y", "runs/ab/x/9"]
+
+
+def test_get_many_keeps_the_order_of_its_keys_and_names_a_missing_one(s3_server, aws_env):
+    bucket = s3_server.make_bucket()
+    store = open_store(f"s3://{bucket}/many")
+    assert store.reads_in_flight > 1
+    keys = [f"k/{i:03d}" for i in range(40)]
+    for i, key in enumerate(keys):
+        store.put(key, str(i).encode() * (1 + i % 7))
+    shuffled = random.Random(0).sample(keys, len(keys))
+    assert store.get_many(shuffled) == [store.get(key) for key in shuffled]
+    with pytest.raises(StoreError, match="no object 'k/nope'"):
+        store.get_many([*keys[:20], "k/nope", *keys[20:]])
 
 
 def test_racing_writers_commit_one_copy_and_leave_no_orphans(s3_server, aws_env):

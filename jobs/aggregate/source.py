@@ -72,10 +72,10 @@ def batches(markers: list[CommitMarker], max_nodes: int = BATCH_NODES) -> list[l
 
 def fetch(store: Store, groups: list[list[CommitMarker]], prefetch: int = 2) -> Iterator[list[Shard]]:
     """Each batch's shards' bytes, in order; the next `prefetch` batches are fetched on a
-    background thread."""
+    background thread (a batch's shards with the store's reads in flight together)."""
 
     def get(group: list[CommitMarker]) -> list[Shard]:
-        return [(marker, store.get(marker.data_key)) for marker in group]
+        return list(zip(group, store.get_many([marker.data_key for marker in group])))
 
     with ThreadPoolExecutor(1, thread_name_prefix="fetch-shards") as pool:
         pending: deque[Future[list[Shard]]] = deque()
