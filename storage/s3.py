@@ -13,6 +13,7 @@ so that there is one policy. A retried upload sends the whole object again. Perm
 from __future__ import annotations
 
 import builtins
+import functools
 import io
 import logging
 import os
@@ -158,6 +159,11 @@ class S3Store(Store):
         self.client = make_client(self.settings)
         self.endpoint: str = self.client.meta.endpoint_url
         self.transfer = TransferConfig(multipart_threshold=MULTIPART_THRESHOLD, multipart_chunksize=PART_SIZE)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its URI and settings (names of secrets, never secrets): a process that
+        unpickles it opens one store, and one client, per URI and settings."""
+        return reopen, (self.uri, self.settings)
 
     def put(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
         if if_absent:
@@ -362,3 +368,8 @@ class S3Store(Store):
         if any(s in ("", ".", "..") for s in segments):
             raise StoreError(f"key {key!r} escapes the store at {self.uri}")
         return key
+
+
+@functools.cache
+def reopen(uri: str, settings: StorageSettings) -> S3Store:
+    return S3Store(uri, settings)

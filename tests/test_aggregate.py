@@ -44,7 +44,7 @@ from thicket.shard import TreeMeta, rebuild_contexts, tree_table
 from thicket.spec import parse_spec
 import thicket.storage.shards as shards
 from thicket.storage.shards import TREE_SCHEMA, commit_key, read_marker, write_shard
-from thicket.storage.store import LocalStore
+from thicket.storage.store import LocalStore, open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 THICKET = str(Path(sys.executable).parent / "thicket")
@@ -634,6 +634,22 @@ def test_shards_of_an_earlier_encoding_aggregate_beside_current_ones(tmp_path, m
     monkeypatch.undo()
     aggregate(str(mixed))
     assert dataset_rows(mixed / "datasets") == dataset_rows(current / "datasets")
+
+
+def test_worker_processes_fetch_their_own_shards_from_s3(tmp_path, s3_server, aws_env):
+    """S3Store pickles as its URI and settings: each worker process opens its own client."""
+    local = synthetic_sweep(tmp_path)
+    aggregate(str(local))
+    uri = f"s3://{s3_server.make_bucket('agg')}/synthetic"
+    store = open_store(uri)
+    for path in sorted(local.rglob("*")):
+        key = path.relative_to(local).as_posix()
+        if path.is_file() and not key.startswith("datasets/"):
+            store.put(key, path.read_bytes())
+    aggregate(uri, workers=2, batch_nodes=100)  # many forests, each fetched by a worker
+    parts = {key: store.get(key) for key in store.list("datasets/") if key.endswith(".parquet")}
+    expected = {f"datasets/{k}": v for k, v in files_under(local / "datasets").items() if k.endswith(".parquet")}
+    assert len(parts) >= 5 and parts == expected
 
 
 def dataset_rows(out: Path) -> dict[str, list[dict]]:

@@ -31,7 +31,7 @@ from thicket.aggregate.report import dataset_card, report_html
 from thicket.aggregate.revision import REVISION_SCHEMA, revision_table
 from thicket.aggregate.sft import FASTCHAT_SCHEMA, SFT_SCHEMA, sft_tables
 from thicket.aggregate.forest import Forest
-from thicket.aggregate.source import BATCH_NODES, Shard, batches, committed, decode, fetch, forests
+from thicket.aggregate.source import BATCH_NODES, batches, committed, decode, forests, shards_of
 from thicket.aggregate.stats import SweepStats
 from thicket.aggregate.tokens import TOKENS_SCHEMA, token_rows
 from thicket.aggregate.transfer import pack, unpack
@@ -102,8 +102,10 @@ def _unpack_output(tables: dict[str, Any], stats: SweepStats) -> TreeOutput:
 _VERIFIERS: dict[VerifierConfig, Verifier] = {}  # one client per process
 
 
-def build(job: Job, shards: list[Shard]) -> TreeOutput:
-    return build_forest(job, decode(shards))
+def build(job: Job, store: Store, group: list[CommitMarker]) -> TreeOutput:
+    """A group's output, its shards fetched here (in a worker process: each worker fetches
+    its own, so reads scale with the workers, as a store's client is bound by one GIL)."""
+    return build_forest(job, decode(shards_of(store, group)))
 
 
 def build_forest(job: Job, forest: Forest) -> TreeOutput:
@@ -147,8 +149,8 @@ def built(job: Job, store: Store, groups: list[list[CommitMarker]], workers: int
         return
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         pending: deque[Future[TreeOutput]] = deque()
-        for shards in fetch(store, groups):
-            pending.append(pool.submit(build, job, shards))
+        for group in groups:
+            pending.append(pool.submit(build, job, store, group))
             if len(pending) >= 2 * workers:
                 yield pending.popleft().result()
         while pending:

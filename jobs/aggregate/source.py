@@ -74,17 +74,19 @@ def fetch(store: Store, groups: list[list[CommitMarker]], prefetch: int = 2) -> 
     """Each batch's shards' bytes, in order; the next `prefetch` batches are fetched on a
     background thread (a batch's shards with the store's reads in flight together)."""
 
-    def get(group: list[CommitMarker]) -> list[Shard]:
-        return list(zip(group, store.get_many([marker.data_key for marker in group])))
-
     with ThreadPoolExecutor(1, thread_name_prefix="fetch-shards") as pool:
         pending: deque[Future[list[Shard]]] = deque()
         for group in groups:
-            pending.append(pool.submit(get, group))
+            pending.append(pool.submit(shards_of, store, group))
             if len(pending) > prefetch:
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
+
+
+def shards_of(store: Store, group: list[CommitMarker]) -> list[Shard]:
+    """The group's shards' bytes, with the store's reads in flight together."""
+    return list(zip(group, store.get_many([marker.data_key for marker in group])))
 
 
 def forests(store: Store, groups: list[list[CommitMarker]], ahead: int = 2) -> Iterator[Forest]:
