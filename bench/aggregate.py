@@ -198,7 +198,8 @@ def stages(folder: str, trees: int) -> None:
     from thicket.aggregate.chats import Chats
     from thicket.aggregate.driver import DATASET_SCHEMAS, Job, build_forest
     from thicket.aggregate.params import DatasetsSpec
-    from thicket.aggregate.source import batches, committed, decode, fetch
+    from thicket.aggregate.source import batches, decode, fetch
+    from thicket.storage.shards import committed_shards
     from thicket.aggregate.writer import DatasetWriter
 
     class Unwritten(ThreadPoolExecutor):  # the writers' parts are encoded below, on their own
@@ -208,7 +209,7 @@ def stages(folder: str, trees: int) -> None:
             return done
 
     store = LocalStore(folder)
-    groups = list(fetch(store, batches(committed(store)[:trees])))
+    groups = list(fetch(store, batches(committed_shards(store)[:trees])))
     nodes = sum(marker.rows for shards in groups for marker, _ in shards)
     params = DatasetsSpec()
     spent: dict[str, float] = {}
@@ -331,6 +332,7 @@ def main() -> None:
         finally:
             if server is not None:
                 server.kill()
+                server.wait()
         report = json.loads(out.strip().splitlines()[-1])
         rate = report["nodes"] / report["seconds"]
         print(f"aggregated {report['nodes']:,} nodes in {report['seconds']:.1f} s: {rate:,.0f} nodes/s "

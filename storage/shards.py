@@ -1,10 +1,13 @@
 """Tree shards: one Parquet file per tree, one row per node, committed atomically.
 
 Layout under a sweep's URI:
-    trees/data/task-00000042.<sha16>.parquet   the data, written first
-    trees/commits/task-00000042.json            the commit marker, put-if-absent
-Readers only follow commit markers, so a half-written or losing shard is never
-seen; the marker holds the data key, its SHA-256 and its row count.
+    trees/data/task-00000042.<sha256>.<rows>.parquet   the data, written first
+    trees/commits/task-00000042.json                    the commit marker, put-if-absent
+Readers only see committed tasks, so a half-written or losing shard is never seen; the
+marker holds the data key, its SHA-256 and its row count. The data key says the same,
+so a reader of many shards needs two listings and no marker reads, except for a
+task with more than one data object (see committed_shards). Earlier sweeps named data
+task-00000042.<sha16>.parquet; their markers are read.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -95,8 +99,26 @@ class CommitMarker:
         return cls(**json.loads(data))
 
 
+@dataclass(frozen=True)
+class ShardRef:
+    """What a reader needs of a committed shard."""
+
+    task: int
+    data_key: str
+    sha256: str
+    rows: int
+
+
 def commit_key(task: int) -> str:
     return f"{COMMITS}task-{task:08d}.json"
+
+
+def data_key(task: int, sha256: str, rows: int) -> str:
+    return f"{DATA}task-{task:08d}.{sha256}.{rows}.parquet"
+
+
+_TASK_OF_DATA = re.compile(rf"^{DATA}task-(\d+)\.")
+_DATA_KEY = re.compile(rf"^{DATA}task-(\d+)\.([0-9a-f]{{64}})\.(\d+)\.parquet$")
 
 
 # Columns whose values repeat within a tree; token ids and free texts hardly do, and
@@ -126,14 +148,14 @@ def write_shard(store: Store, task: int, table: pa.Table, writer: str) -> Commit
     """Data first, then the commit marker (put-if-absent): exactly one copy is committed."""
     data = to_parquet(table)
     digest = hashlib.sha256(data).hexdigest()
-    data_key = f"{DATA}task-{task:08d}.{digest[:16]}.parquet"
-    store.put(data_key, data)
-    marker = CommitMarker(task, data_key, digest, table.num_rows, len(data), writer, time.time())
+    key = data_key(task, digest, table.num_rows)
+    store.put(key, data)
+    marker = CommitMarker(task, key, digest, table.num_rows, len(data), writer, time.time())
     if store.put(commit_key(task), marker.to_json(), if_absent=True):
         return CommitStatus.COMMITTED
     winner = read_marker(store, task)
-    if winner is not None and winner.data_key != data_key:
-        store.delete(data_key)  # ours lost the race: leave no orphan behind
+    if winner is not None and winner.data_key != key:
+        store.delete(key)  # ours lost the race: leave no orphan behind
     return CommitStatus.ALREADY_COMMITTED
 
 
@@ -155,7 +177,33 @@ def committed_tasks(store: Store) -> dict[int, CommitMarker]:
     return {m.task: m for m in markers}
 
 
-def read_shard(store: Store, marker: CommitMarker) -> pa.Table:
+def committed_shards(store: Store) -> list[ShardRef]:
+    """Every committed shard, in task order, from a listing of the commit markers and one
+    of the data. A committed task with exactly one data object, named in the current
+    format, is that object: a writer puts its data before its marker (so the data of every
+    task the first listing holds is in the second), and a loser deletes its own. Any other committed task (a crashed attempt's or a racer's data left beside
+    the committed one, an earlier sweep's key format, no data at all) has its marker read."""
+    tasks = sorted(committed_task_ids(store))  # first: their data was put before, so is listed below
+    candidates: dict[int, list[str]] = {}
+    for key in store.list(DATA):
+        if found := _TASK_OF_DATA.match(key):
+            candidates.setdefault(int(found[1]), []).append(key)
+    refs: dict[int, ShardRef] = {}
+    unresolved: list[int] = []
+    for task in tasks:
+        keys = candidates.get(task, [])
+        named = _DATA_KEY.match(keys[0]) if len(keys) == 1 else None
+        if named and int(named[1]) == task:
+            refs[task] = ShardRef(task, keys[0], named[2], int(named[3]))
+        else:
+            unresolved.append(task)
+    for data in store.get_many([commit_key(task) for task in unresolved]):
+        marker = CommitMarker.from_json(data)
+        refs[marker.task] = ShardRef(marker.task, marker.data_key, marker.sha256, marker.rows)
+    return [refs[task] for task in sorted(refs)]
+
+
+def read_shard(store: Store, marker: CommitMarker | ShardRef) -> pa.Table:
     data = store.get(marker.data_key)
     digest = hashlib.sha256(data).hexdigest()
     if digest != marker.sha256:
@@ -168,7 +216,7 @@ def read_shard(store: Store, marker: CommitMarker) -> pa.Table:
     return table
 
 
-def iter_shards(store: Store) -> Iterator[tuple[CommitMarker, pa.Table]]:
+def iter_shards(store: Store) -> Iterator[tuple[ShardRef, pa.Table]]:
     """Every committed shard, in task order, checksums verified."""
-    for _, marker in sorted(committed_tasks(store).items()):
-        yield marker, read_shard(store, marker)
+    for ref in committed_shards(store):
+        yield ref, read_shard(store, ref)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import pyarrow as pa
 import pytest
@@ -15,12 +16,16 @@ from thicket.search.mcts import MCTSParams
 from thicket.shard import TreeMeta, rebuild_contexts, tree_table
 from thicket.storage.shards import (
     CommitStatus,
+    ShardRef,
     TREE_SCHEMA,
     commit_key,
+    committed_shards,
     committed_tasks,
+    data_key,
     iter_shards,
     read_marker,
     read_shard,
+    to_parquet,
     write_shard,
 )
 from thicket.storage.store import LocalStore, StoreError, open_store
@@ -98,6 +103,47 @@ def test_data_without_a_marker_is_invisible(tmp_path):
     store.put("trees/data/task-00000005.deadbeef.parquet", b"half written")
     assert committed_tasks(store) == {}
     assert not store.exists(commit_key(5))
+
+
+class CountingStore(LocalStore):
+    def __init__(self, root) -> None:
+        super().__init__(root)
+        self.gets: list[str] = []
+
+    def get(self, key: str) -> bytes:
+        self.gets.append(key)
+        return super().get(key)
+
+
+async def test_committed_shards_come_from_two_listings_and_markers_only_where_ambiguous(tmp_path):
+    store = CountingStore(tmp_path)
+    tables = {}
+    for task in range(8):
+        tree = await small_tree(task)
+        tree.seed = task
+        tables[task] = tree_table(tree, TreeMeta("s", "word", "mcts", "m", task))
+    for task in range(6):
+        write_shard(store, task, tables[task], "w")
+    # Task 3: a crashed attempt left its data beside the committed shard.
+    store.put(data_key(3, "0" * 64, 15), to_parquet(tables[7]))
+    # Task 4: committed by an earlier thicket, whose data keys had a 16-digit digest only.
+    marker = read_marker(store, 4)
+    store.delete(commit_key(4))
+    store.delete(marker.data_key)
+    earlier = f"trees/data/task-00000004.{marker.sha256[:16]}.parquet"
+    store.put(earlier, to_parquet(tables[4]))
+    store.put(commit_key(4), replace(marker, data_key=earlier).to_json())
+    # Task 6: data put, marker never written (a crash in between): not committed.
+    store.put(data_key(6, "f" * 64, 15), to_parquet(tables[6]))
+
+    store.gets.clear()
+    refs = committed_shards(store)
+    assert [r.task for r in refs] == list(range(6))
+    assert sorted(store.gets) == [commit_key(3), commit_key(4)]  # the ambiguous and the earlier one
+    markers = committed_tasks(store)
+    assert all(ref == ShardRef(ref.task, markers[ref.task].data_key, markers[ref.task].sha256,
+                               markers[ref.task].rows) for ref in refs)
+    assert [read_shard(store, ref).equals(tables[ref.task]) for ref in refs] == [True] * 6
 
 
 def test_put_if_absent_and_keys_cannot_escape(tmp_path):

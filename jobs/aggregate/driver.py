@@ -31,14 +31,14 @@ from thicket.aggregate.report import dataset_card, report_html
 from thicket.aggregate.revision import REVISION_SCHEMA, revision_table
 from thicket.aggregate.sft import FASTCHAT_SCHEMA, SFT_SCHEMA, sft_tables
 from thicket.aggregate.forest import Forest
-from thicket.aggregate.source import BATCH_NODES, batches, committed, decode, forests, shards_of
+from thicket.aggregate.source import BATCH_NODES, batches, decode, forests, shards_of
 from thicket.aggregate.stats import SweepStats
 from thicket.aggregate.tokens import TOKENS_SCHEMA, token_rows
 from thicket.aggregate.transfer import pack, unpack
 from thicket.aggregate.verifier import Verifier, VerifierConfig
 from thicket.aggregate.writer import DATASETS, MAX_BYTES, MAX_ROWS, Datasets, Encoding, WrittenFile, put_file
 from thicket.errors import BadInput
-from thicket.storage.shards import CommitMarker
+from thicket.storage.shards import ShardRef, committed_shards
 from thicket.storage.store import Store, open_store
 
 SUCCESS = "_SUCCESS.json"
@@ -102,7 +102,7 @@ def _unpack_output(tables: dict[str, Any], stats: SweepStats) -> TreeOutput:
 _VERIFIERS: dict[VerifierConfig, Verifier] = {}  # one client per process
 
 
-def build(job: Job, store: Store, group: list[CommitMarker]) -> TreeOutput:
+def build(job: Job, store: Store, group: list[ShardRef]) -> TreeOutput:
     """A group's output, its shards fetched here (in a worker process: each worker fetches
     its own, so reads scale with the workers, as a store's client is bound by one GIL)."""
     return build_forest(job, decode(shards_of(store, group)))
@@ -142,7 +142,7 @@ def auto_workers(trees: int) -> int:
     return 0 if trees < 64 or cores < 4 else min(cores - 1, 8)
 
 
-def built(job: Job, store: Store, groups: list[list[CommitMarker]], workers: int) -> Iterator[TreeOutput]:
+def built(job: Job, store: Store, groups: list[list[ShardRef]], workers: int) -> Iterator[TreeOutput]:
     """Every forest's output, in order: inline, or on `workers` processes a bounded window ahead."""
     if workers == 0:
         yield from (build_forest(job, forest) for forest in forests(store, groups))
@@ -174,16 +174,16 @@ def aggregate(
     store = store or open_store(sweep_uri)
     spec = read_spec(store)
     params = resolve(spec.get("datasets") if spec else None, overrides, source=f"{store.uri}/spec.yaml")
-    markers = committed(store)
-    if not markers:
+    shards = committed_shards(store)
+    if not shards:
         raise BadInput(f"{sweep_uri}: no committed trees there (expected the folder of a sweep that ran)")
     store.delete(DATASETS + SUCCESS)  # a reader must not trust a half-rewritten folder
     stats = SweepStats()
     job = Job(params, verifier)
     try:
         with Datasets(store, DATASET_SCHEMAS, max_rows, max_bytes) as datasets:
-            n_workers = auto_workers(len(markers)) if workers is None else workers
-            for output in built(job, store, batches(markers, batch_nodes), n_workers):
+            n_workers = auto_workers(len(shards)) if workers is None else workers
+            for output in built(job, store, batches(shards, batch_nodes), n_workers):
                 stats.merge(output.stats)
                 datasets.add(output.tables)
             parts = datasets.close()
@@ -192,7 +192,7 @@ def aggregate(
             judge.close()
         _VERIFIERS.clear()
     rows = datasets.rows
-    summary = {**stats.to_json(rows), "source_shards_sha256": _sources_digest(markers)}
+    summary = {**stats.to_json(rows), "source_shards_sha256": _sources_digest(shards)}
     sweep = str(spec.get("name", store.uri)) if spec else store.uri
     files = [f for name in sorted(parts) for f in parts[name]]
     files += [
@@ -204,9 +204,9 @@ def aggregate(
     return AggregateResult(store.uri, rows, files, summary)
 
 
-def _sources_digest(markers: list[CommitMarker]) -> str:
+def _sources_digest(shards: list[ShardRef]) -> str:
     """One digest of every shard read: equal digests, equal inputs."""
-    return hashlib.sha256("".join(f"{m.data_key}:{m.sha256}\n" for m in markers).encode()).hexdigest()
+    return hashlib.sha256("".join(f"{s.data_key}:{s.sha256}\n" for s in shards).encode()).hexdigest()
 
 
 def _paths(parts: dict[str, list[WrittenFile]]) -> dict[str, list[str]]:

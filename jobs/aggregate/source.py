@@ -1,11 +1,11 @@
 """Committed trees, in batches of consecutive trees (forests), reading only the columns
 aggregation needs.
 
-The same checks as thicket.storage.shards.read_shard (SHA-256 and row count against the
-commit marker). Bytes are fetched through the Store on a background thread; checks,
+The same checks as thicket.storage.shards.read_shard (SHA-256 and row count against what
+was committed). Bytes are fetched through the Store on a background thread; checks,
 Parquet decoding and a batch's concatenation (which mostly release the GIL) run on
 another (inline), or in the worker process that builds the batch's rows.
-Batches depend only on the markers (their row counts), so every run cuts the same ones.
+Batches depend only on the committed shards (their row counts), so every run cuts the same ones.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from thicket.aggregate.forest import Forest, MalformedShard
 from thicket.errors import BadInput
-from thicket.storage.shards import CommitMarker, committed_tasks
+from thicket.storage.shards import ShardRef
 from thicket.storage.store import Store, StoreError
 
 COLUMNS = (
@@ -49,28 +49,23 @@ COLUMNS = (
 )
 BATCH_NODES = 8_192  # nodes per forest at most (a tree larger than that: alone)
 
-Shard = tuple[CommitMarker, bytes]
+Shard = tuple[ShardRef, bytes]
 
 
-def committed(store: Store) -> list[CommitMarker]:
-    """Commit markers in task order."""
-    return [marker for _, marker in sorted(committed_tasks(store).items())]
-
-
-def batches(markers: list[CommitMarker], max_nodes: int = BATCH_NODES) -> list[list[CommitMarker]]:
-    """Consecutive markers, as many as hold max_nodes rows (at least one)."""
-    out: list[list[CommitMarker]] = []
+def batches(refs: list[ShardRef], max_nodes: int = BATCH_NODES) -> list[list[ShardRef]]:
+    """Consecutive shards, as many as hold max_nodes rows (at least one)."""
+    out: list[list[ShardRef]] = []
     rows = max_nodes
-    for marker in markers:
-        if rows + marker.rows > max_nodes:
+    for ref in refs:
+        if rows + ref.rows > max_nodes:
             out.append([])
             rows = 0
-        out[-1].append(marker)
-        rows += marker.rows
+        out[-1].append(ref)
+        rows += ref.rows
     return out
 
 
-def fetch(store: Store, groups: list[list[CommitMarker]], prefetch: int = 2) -> Iterator[list[Shard]]:
+def fetch(store: Store, groups: list[list[ShardRef]], prefetch: int = 2) -> Iterator[list[Shard]]:
     """Each batch's shards' bytes, in order; the next `prefetch` batches are fetched on a
     background thread (a batch's shards with the store's reads in flight together)."""
 
@@ -84,12 +79,12 @@ def fetch(store: Store, groups: list[list[CommitMarker]], prefetch: int = 2) -> 
             yield pending.popleft().result()
 
 
-def shards_of(store: Store, group: list[CommitMarker]) -> list[Shard]:
+def shards_of(store: Store, group: list[ShardRef]) -> list[Shard]:
     """The group's shards' bytes, with the store's reads in flight together."""
-    return list(zip(group, store.get_many([marker.data_key for marker in group])))
+    return list(zip(group, store.get_many([ref.data_key for ref in group])))
 
 
-def forests(store: Store, groups: list[list[CommitMarker]], ahead: int = 2) -> Iterator[Forest]:
+def forests(store: Store, groups: list[list[ShardRef]], ahead: int = 2) -> Iterator[Forest]:
     """Every group of trees (see batches) as a Forest, in order, decoded on a background
     thread up to `ahead` forests ahead of the caller."""
     with ThreadPoolExecutor(1, thread_name_prefix="decode-shards") as pool:
@@ -104,21 +99,21 @@ def forests(store: Store, groups: list[list[CommitMarker]], ahead: int = 2) -> I
 
 def decode(shards: list[Shard]) -> Forest:
     """The shards' trees, checked, as one forest."""
-    tables = [read(marker, data) for marker, data in shards]
+    tables = [read(ref, data) for ref, data in shards]
     try:
         return Forest.of(tables)
     except MalformedShard as err:
         raise BadInput(f"shard {shards[err.index][0].data_key}: {err}") from None
 
 
-def read(marker: CommitMarker, data: bytes) -> pa.Table:
+def read(ref: ShardRef, data: bytes) -> pa.Table:
     digest = hashlib.sha256(data).hexdigest()
-    if digest != marker.sha256:
-        raise StoreError(f"shard {marker.data_key} is corrupt: sha256 {digest[:12]} != committed {marker.sha256[:12]}")
+    if digest != ref.sha256:
+        raise StoreError(f"shard {ref.data_key} is corrupt: sha256 {digest[:12]} != committed {ref.sha256[:12]}")
     shard = pq.ParquetFile(pa.BufferReader(data))
-    if shard.metadata.num_rows != marker.rows:
-        raise StoreError(f"shard {marker.data_key} has {shard.metadata.num_rows} rows, committed {marker.rows}")
+    if shard.metadata.num_rows != ref.rows:
+        raise StoreError(f"shard {ref.data_key} has {shard.metadata.num_rows} rows, committed {ref.rows}")
     try:
         return shard.read(columns=list(COLUMNS), use_threads=False)
     except (KeyError, pa.ArrowInvalid) as err:
-        raise BadInput(f"shard {marker.data_key}: {err}") from None
+        raise BadInput(f"shard {ref.data_key}: {err}") from None
