@@ -87,7 +87,7 @@ def run(spec: str, output: str | None, indices: str | None, policy: str | None, 
         from thicket.aggregate.driver import aggregate as build_datasets
         from thicket.storage.store import open_store
 
-        result = build_datasets(s.sweep_uri, store=open_store(s.sweep_uri, s.storage.settings()))
+        result = build_datasets(s.sweep_uri, store=open_store(s.sweep_uri, s.storage.settings()), progress=progress)
         for line in result.lines():
             click.echo(line)
 
@@ -183,8 +183,10 @@ def pull(sweep_uri: str, dest: str, progress: bool) -> None:
 @click.option("--revision-beta", type=float, help="Revision: good minus bad value must exceed this.")
 @click.option("--max-revisions", type=int, help="Revision trajectories per task at most.")
 @click.option("--workers", type=click.IntRange(min=0), help="Processes building rows (default: by sweep size and cores; 0: none).")
+@click.option("--progress/--no-progress", default=True, help="Show a progress bar on a terminal.")
 def aggregate(
-    sweep_uri: str, verifier_url: str | None, verifier_model: str | None, workers: int | None, **flags: float | int | None
+    sweep_uri: str, verifier_url: str | None, verifier_model: str | None, workers: int | None, progress: bool,
+    **flags: float | int | None,
 ) -> None:
     """Build SWEEP_URI's datasets (SFT, DPO, revision, token rows), stats and report under datasets/."""
     from thicket.aggregate.driver import aggregate as build_datasets
@@ -199,7 +201,7 @@ def aggregate(
         "revision": {"alpha": flags["revision_alpha"], "beta": flags["revision_beta"], "max_per_task": flags["max_revisions"]},
     }
     verifier = VerifierConfig(verifier_url, verifier_model) if verifier_url and verifier_model else None
-    for line in build_datasets(sweep_uri, overrides, verifier, workers=workers).lines():
+    for line in build_datasets(sweep_uri, overrides, verifier, workers=workers, progress=progress).lines():
         click.echo(line)
 
 

@@ -33,7 +33,8 @@ class TaskProgress:
     def __exit__(self, *exc: object) -> None:
         self._progress.stop()
 
-    def advance(self, nodes: int, solved: bool) -> None:
+    def advance(self, nodes: int, solved: int | bool, trees: int = 1) -> None:
+        """`trees` more trees done, holding `nodes` nodes, `solved` of them solved."""
         self.nodes += nodes
         self.solved += int(solved)
-        self._progress.update(self._task, advance=1, nodes=self.nodes, solved=self.solved)
+        self._progress.update(self._task, advance=trees, nodes=self.nodes, solved=self.solved)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pickle
+import pty
 import random
 import shutil
 import subprocess
@@ -697,6 +699,41 @@ def load(folder: Path, name: str, cache: Path):
 
     files = sorted(str(p) for p in (folder / name).glob("*.parquet"))
     return datasets.load_dataset("parquet", data_files={"train": files}, split="train", cache_dir=str(cache))
+
+
+def on_a_terminal(*args: str, timeout: float = 120) -> str:
+    """What `thicket ARGS` writes to stderr when stderr is a terminal (a pseudo-terminal)."""
+    main, side = pty.openpty()
+    try:
+        done = subprocess.run([THICKET, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=side, timeout=timeout,
+                              env={**os.environ, "COLUMNS": "160", "TERM": "xterm"})
+        os.close(side)
+        side = -1
+        out = b""
+        while True:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # the terminal's other end closed: all read
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        os.close(main)
+        if side >= 0:
+            os.close(side)
+    assert done.returncode == 0, out.decode(errors="replace")
+    return out.decode(errors="replace")
+
+
+def test_aggregate_shows_its_progress_on_a_terminal_only(tmp_path):
+    sweep = synthetic_sweep(tmp_path)
+    nodes = sum(m.rows for m in shards.committed_shards(LocalStore(sweep)))
+    shown = on_a_terminal("aggregate", str(sweep), "--workers", "0")
+    assert "trees" in shown and "12/12" in shown and f"{nodes} nodes" in shown, shown
+    assert "12/12" not in on_a_terminal("aggregate", str(sweep), "--no-progress")
+    piped = thicket("aggregate", str(sweep))
+    assert piped.returncode == 0 and "12/12" not in piped.stderr + piped.stdout
 
 
 def test_run_then_aggregate_end_to_end_loads_with_hf_datasets_and_reruns_identically(tmp_path):

@@ -38,6 +38,7 @@ from thicket.aggregate.transfer import pack, unpack
 from thicket.aggregate.verifier import Verifier, VerifierConfig
 from thicket.aggregate.writer import DATASETS, MAX_BYTES, MAX_ROWS, Datasets, Encoding, WrittenFile, put_file
 from thicket.errors import BadInput
+from thicket.progress import TaskProgress
 from thicket.storage.shards import ShardRef, committed_shards
 from thicket.storage.store import Store, open_store
 
@@ -167,10 +168,12 @@ def aggregate(
     max_rows: int = MAX_ROWS,
     max_bytes: int = MAX_BYTES,
     batch_nodes: int = BATCH_NODES,
+    progress: bool = False,
 ) -> AggregateResult:
     """Build every dataset of the sweep at `sweep_uri` (or `store`, when given).
     workers: processes building rows (None: by the sweep's size and the cores; 0: inline);
-    batch_nodes: nodes of the consecutive trees built at once (see source.batches)."""
+    batch_nodes: nodes of the consecutive trees built at once (see source.batches);
+    progress: a progress bar of the trees read, on a terminal."""
     store = store or open_store(sweep_uri)
     spec = read_spec(store)
     params = resolve(spec.get("datasets") if spec else None, overrides, source=f"{store.uri}/spec.yaml")
@@ -181,11 +184,13 @@ def aggregate(
     stats = SweepStats()
     job = Job(params, verifier)
     try:
-        with Datasets(store, DATASET_SCHEMAS, max_rows, max_bytes) as datasets:
+        bar = TaskProgress(total=len(shards), enabled=progress)
+        with Datasets(store, DATASET_SCHEMAS, max_rows, max_bytes) as datasets, bar:
             n_workers = auto_workers(len(shards)) if workers is None else workers
             for output in built(job, store, batches(shards, batch_nodes), n_workers):
                 stats.merge(output.stats)
                 datasets.add(output.tables)
+                bar.advance(output.stats.nodes, output.stats.solved_trees, trees=output.stats.trees)
             parts = datasets.close()
     finally:
         for judge in _VERIFIERS.values():
