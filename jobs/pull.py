@@ -9,7 +9,6 @@ name and is renamed into place, so an interrupted pull just resumes.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -20,7 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
 from thicket.errors import BadInput
-from thicket.storage.shards import COMMITS, CommitMarker
+from thicket.storage.shards import COMMITS, CommitMarker, mismatch
 from thicket.storage.store import LocalStore, Store, StoreError, open_store
 
 DATASETS = "datasets/"
@@ -78,8 +77,7 @@ def pull_sweep(uri: str, dest: Path, progress: bool = True) -> PullReport:
 def plan(src: Store, pool: ThreadPoolExecutor) -> list[Item]:
     """Shards (each carrying its marker), datasets/ and spec.yaml, with their expected sizes."""
     marker_keys = [k for k in src.list(COMMITS) if k.endswith(".json")]
-    markers = pool.map(lambda k: (k, src.get(k)), marker_keys)
-    shards = [shard_item(key, raw) for key, raw in markers]
+    shards = [shard_item(key, raw) for key, raw in zip(marker_keys, src.get_many(marker_keys))]
     extra = list(src.list(DATASETS)) + ([SPEC] if src.exists(SPEC) else [])
     sized = pool.map(lambda k: Item(k, src.size(k)), extra)
     return shards + list(sized)
@@ -95,9 +93,8 @@ def copy_item(src: Store, dst: LocalStore, item: Item) -> tuple[Item, bool, str 
     copied = False
     if not present(dst, item):
         data = src.get(item.key)
-        digest = hashlib.sha256(data).hexdigest()
-        if item.sha256 is not None and digest != item.sha256:
-            return item, False, f"{item.key}: sha256 {digest[:12]} != committed {item.sha256[:12]}"
+        if item.sha256 is not None and (wrong := mismatch(data, item.sha256)):
+            return item, False, f"{item.key}: {wrong}"
         dst.put(item.key, data)
         copied = True
     if item.then is not None:
@@ -110,7 +107,7 @@ def copy_item(src: Store, dst: LocalStore, item: Item) -> tuple[Item, bool, str 
 def present(dst: LocalStore, item: Item) -> bool:
     if not dst.exists(item.key) or dst.size(item.key) != item.size:
         return False
-    return item.sha256 is None or hashlib.sha256(dst.get(item.key)).hexdigest() == item.sha256
+    return item.sha256 is None or mismatch(dst.get(item.key), item.sha256) is None
 
 
 def tally(report: PullReport, item: Item, copied: bool, corrupt: str | None) -> None:

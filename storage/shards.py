@@ -98,6 +98,10 @@ class CommitMarker:
     def from_json(cls, data: bytes) -> CommitMarker:
         return cls(**json.loads(data))
 
+    @property
+    def ref(self) -> ShardRef:
+        return ShardRef(self.task, self.data_key, self.sha256, self.rows)
+
 
 @dataclass(frozen=True)
 class ShardRef:
@@ -118,7 +122,7 @@ def data_key(task: int, sha256: str, rows: int) -> str:
 
 
 _TASK_OF_DATA = re.compile(rf"^{DATA}task-(\d+)\.")
-_DATA_KEY = re.compile(rf"^{DATA}task-(\d+)\.([0-9a-f]{{64}})\.(\d+)\.parquet$")
+_SHA_AND_ROWS = re.compile(r"\.([0-9a-f]{64})\.(\d+)\.parquet$")  # after the task, in current data keys
 
 
 # Columns whose values repeat within a tree; token ids and free texts hardly do, and
@@ -180,34 +184,35 @@ def committed_tasks(store: Store) -> dict[int, CommitMarker]:
 def committed_shards(store: Store) -> list[ShardRef]:
     """Every committed shard, in task order, from a listing of the commit markers and one
     of the data. A committed task with exactly one data object, named in the current
-    format, is that object: a writer puts its data before its marker (so the data of every
-    task the first listing holds is in the second), and a loser deletes its own. Any other committed task (a crashed attempt's or a racer's data left beside
-    the committed one, an earlier sweep's key format, no data at all) has its marker read."""
+    format, is that object: a writer puts its data before its marker (so the data of
+    every task the first listing holds is in the second), and a loser deletes its own.
+    Any other committed task (a crashed attempt's or a racer's data beside the committed
+    one, an earlier sweep's key format, no data at all) has its marker read."""
     tasks = sorted(committed_task_ids(store))  # first: their data was put before, so is listed below
     candidates: dict[int, list[str]] = {}
     for key in store.list(DATA):
         if found := _TASK_OF_DATA.match(key):
             candidates.setdefault(int(found[1]), []).append(key)
     refs: dict[int, ShardRef] = {}
-    unresolved: list[int] = []
     for task in tasks:
         keys = candidates.get(task, [])
-        named = _DATA_KEY.match(keys[0]) if len(keys) == 1 else None
-        if named and int(named[1]) == task:
-            refs[task] = ShardRef(task, keys[0], named[2], int(named[3]))
-        else:
-            unresolved.append(task)
-    for data in store.get_many([commit_key(task) for task in unresolved]):
-        marker = CommitMarker.from_json(data)
-        refs[marker.task] = ShardRef(marker.task, marker.data_key, marker.sha256, marker.rows)
+        if len(keys) == 1 and (named := _SHA_AND_ROWS.search(keys[0])):
+            refs[task] = ShardRef(task, keys[0], named[1], int(named[2]))
+    unresolved = [commit_key(task) for task in tasks if task not in refs]
+    refs.update((m.task, m.ref) for m in map(CommitMarker.from_json, store.get_many(unresolved)))
     return [refs[task] for task in sorted(refs)]
+
+
+def mismatch(data: bytes, sha256: str) -> str | None:
+    """How `data` differs from what was committed with `sha256` (None: it does not)."""
+    digest = hashlib.sha256(data).hexdigest()
+    return None if digest == sha256 else f"sha256 {digest[:12]} != committed {sha256[:12]}"
 
 
 def read_shard(store: Store, marker: CommitMarker | ShardRef) -> pa.Table:
     data = store.get(marker.data_key)
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != marker.sha256:
-        raise StoreError(f"shard {marker.data_key} is corrupt: sha256 {digest[:12]} != committed {marker.sha256[:12]}")
+    if wrong := mismatch(data, marker.sha256):
+        raise StoreError(f"shard {marker.data_key} is corrupt: {wrong}")
     # One thread: a tree is small, and pyarrow 26's threaded read_table can abort the
     # interpreter at exit ("terminate called without an active exception", apache/arrow#34314).
     table = pq.read_table(pa.BufferReader(data), use_threads=False)

@@ -10,7 +10,6 @@ Batches depend only on the committed shards (their row counts), so every run cut
 
 from __future__ import annotations
 
-import hashlib
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -20,7 +19,7 @@ import pyarrow.parquet as pq
 
 from thicket.aggregate.forest import Forest, MalformedShard
 from thicket.errors import BadInput
-from thicket.storage.shards import ShardRef
+from thicket.storage.shards import ShardRef, mismatch
 from thicket.storage.store import Store, StoreError
 
 COLUMNS = (
@@ -107,9 +106,8 @@ def decode(shards: list[Shard]) -> Forest:
 
 
 def read(ref: ShardRef, data: bytes) -> pa.Table:
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != ref.sha256:
-        raise StoreError(f"shard {ref.data_key} is corrupt: sha256 {digest[:12]} != committed {ref.sha256[:12]}")
+    if wrong := mismatch(data, ref.sha256):
+        raise StoreError(f"shard {ref.data_key} is corrupt: {wrong}")
     shard = pq.ParquetFile(pa.BufferReader(data))
     if shard.metadata.num_rows != ref.rows:
         raise StoreError(f"shard {ref.data_key} has {shard.metadata.num_rows} rows, committed {ref.rows}")
