@@ -70,10 +70,15 @@ class Sent:
         """The request as sent, or without its logprobs."""
         return "/chat/completions", self.body if logprobs else {k: v for k, v in self.body.items() if k != "logprobs"}
 
-    def as_completion(self, logprobs: bool = True) -> tuple[str, dict]:
+    def as_completion(self, logprobs: bool = True, grammar: bool = True, seed: bool = True) -> tuple[str, dict]:
         """The same request on /completions with its prompt ids (no chat template, no chat
-        logprobs objects): sampling, seeds and grammar kept; logprobs 0 (the sampled token's)."""
-        body = {k: v for k, v in self.body.items() if k not in ("messages", "logprobs", "top_logprobs")}
+        logprobs objects): sampling kept; logprobs 0 (the sampled token's) or none; its
+        grammar and its seed kept or left out."""
+        dropped = {"messages", "logprobs", "top_logprobs"} | ({"seed"} if not seed else set())
+        body = {k: v for k, v in self.body.items() if k not in dropped}
+        if not grammar:  # nothing then ends a sample where the grammar did: each runs to the longest's length
+            body = {k: v for k, v in body.items() if k not in ("structured_outputs", "stop")}
+            body |= {"max_tokens": max(max(self.lengths), 1), "ignore_eos": True}
         return "/completions", {**body, "prompt": self.prompt_ids, **({"logprobs": 0} if logprobs else {})}
 
     def padded(self) -> Shape:
@@ -121,7 +126,7 @@ SEARCHES = {
 }
 
 
-async def pipeline(url: str, model: str, algorithm: str, args: argparse.Namespace) -> dict:
+async def pipeline(url: str, model: str, algorithm: str, args: argparse.Namespace, seed: int) -> dict:
     recorder = Recorder()
     record(recorder)
     with tempfile.TemporaryDirectory() as out:
@@ -132,10 +137,11 @@ async def pipeline(url: str, model: str, algorithm: str, args: argparse.Namespac
                 "search": SEARCHES[algorithm],
                 "policy": {
                     "kind": "openai", "url": url, "model": model, "max_tokens": args.max_tokens,
-                    "max_thought_chars": 48, "concurrency": args.concurrency,
+                    "max_thought_chars": args.max_thought_chars, "concurrency": args.concurrency,
                     "constrain_actions": not args.unconstrained,
                 },
                 "run": {"progress": False},
+                "seed": seed,
                 "output": out,
             }
         )
@@ -197,45 +203,56 @@ def raw_replay(url: str, model: str, shapes: list[Shape], concurrency: int):
 async def measure(url: str, model: str, args: argparse.Namespace) -> None:
     print(f"server {url} model {model}; {args.concurrency} requests in flight at most; {args.tasks} TextCraft tasks")
     for algorithm in args.algorithms:
-        hits0 = await prefix_cache_counters(url)
-        p = await pipeline(url, model, algorithm, args)
-        sequences = p["shapes"][: args.raw_limit] if args.raw_limit else p["shapes"]
-        count = max(1, len(sequences) * p["requests"] // max(len(p["shapes"]), 1))  # requests holding them
-        sweep_levels = sorted({p["limit"], max(1, round(p["mean_in_flight"]))})
-        # The raw client's best, generating exactly the sweep's tokens: with a number C, as many
-        # sequences in flight as the sweep's C requests of n samples each; with auto, each of
-        # --raw-sequences; and the sweep's requests as n-sample requests with its tokens spread
-        # evenly over the samples, at the sweep's levels.
-        per_request = len(p["shapes"]) / max(p["requests"], 1)
-        levels = args.raw_sequences if args.concurrency == "auto" else [max(1, round(args.concurrency * per_request))]
-        raw = {f"{c} single-sequence requests": await raw_replay(url, model, sequences, c) for c in levels}
-        for c in sweep_levels:
-            raw[f"{c} n-sample requests, the sweep's tokens"] = await raw_replay(
-                url, model, [sent.evened() for sent in p["sent"][:count]], c)
-        # Not counted, to see where the rest goes: the sweep's own requests exactly as sent (chat,
-        # grammar, logprobs, seeds) without the worker; and, with --padded, every sample as long
-        # as its request's longest (more tokens per prefill than the sweep generated).
-        as_sent = {f"{c} of the sweep's requests as sent":
-                   await replay(url, [sent.as_chat() for sent in p["sent"][:count]], c)
-                   for c in sweep_levels}
-        padded = {f"{c} n-sample requests, padded to the longest":
-                  await raw_replay(url, model, [sent.padded() for sent in p["sent"][:count]], c)
-                  for c in (sweep_levels if args.padded else [])}
-        features = {}
-        if args.features:  # the same requests with one feature after another taken off
-            c, sent = sweep_levels[-1], p["sent"][:count]
-            variants = {
-                "as sent, chat without logprobs": [x.as_chat(logprobs=False) for x in sent],
-                "as /completions on prompt ids, logprobs 0": [x.as_completion() for x in sent],
-                "as /completions on prompt ids, no logprobs": [x.as_completion(logprobs=False) for x in sent],
-            }
-            features = {f"{c} of the sweep's requests {label}": await replay(url, requests, c)
-                        for label, requests in variants.items()}
-        hits1 = await prefix_cache_counters(url)
-        report(algorithm, p, raw, as_sent, padded | features, (hits0, hits1))
+        ratios = [await one_round(url, model, algorithm, args, seed) for seed in range(args.rounds)]
+        if len(ratios) > 1:
+            print(f"\n[{algorithm}] ratio over {len(ratios)} rounds (seeds 0-{len(ratios) - 1}): median "
+                  f"{statistics.median(ratios):.2f}, each {', '.join(f'{r:.2f}' for r in ratios)}")
 
 
-def report(algorithm: str, p: dict, raw: dict, as_sent: dict, others: dict, hits: tuple) -> None:
+async def one_round(url: str, model: str, algorithm: str, args: argparse.Namespace, seed: int) -> float:
+    """A sweep with this seed, then its replays; returns the ratio."""
+    hits0 = await prefix_cache_counters(url)
+    p = await pipeline(url, model, algorithm, args, seed)
+    sequences = p["shapes"][: args.raw_limit] if args.raw_limit else p["shapes"]
+    count = max(1, len(sequences) * p["requests"] // max(len(p["shapes"]), 1))  # requests holding them
+    sweep_levels = sorted({p["limit"], max(1, round(p["mean_in_flight"]))})
+    # The raw client's best, generating exactly the sweep's tokens: with a number C, as many
+    # sequences in flight as the sweep's C requests of n samples each; with auto, each of
+    # --raw-sequences; and the sweep's requests as n-sample requests with its tokens spread
+    # evenly over the samples, at the sweep's levels.
+    per_request = len(p["shapes"]) / max(p["requests"], 1)
+    levels = args.raw_sequences if args.concurrency == "auto" else [max(1, round(args.concurrency * per_request))]
+    raw = {f"{c} single-sequence requests": await raw_replay(url, model, sequences, c) for c in levels}
+    for c in sweep_levels:
+        raw[f"{c} n-sample requests, the sweep's tokens"] = await raw_replay(
+            url, model, [sent.evened() for sent in p["sent"][:count]], c)
+    # Not counted, to see where the rest goes: the sweep's own requests exactly as sent (chat,
+    # grammar, logprobs, seeds) without the worker; and, with --padded, every sample as long
+    # as its request's longest (more tokens per prefill than the sweep generated).
+    as_sent = {f"{c} of the sweep's requests as sent":
+               await replay(url, [sent.as_chat() for sent in p["sent"][:count]], c)
+               for c in sweep_levels}
+    padded = {f"{c} n-sample requests, padded to the longest":
+              await raw_replay(url, model, [sent.padded() for sent in p["sent"][:count]], c)
+              for c in (sweep_levels if args.padded else [])}
+    features = {}
+    if args.features:  # the same requests with one feature after another taken off
+        c, sent = sweep_levels[-1], p["sent"][:count]
+        variants = {
+            "as sent, chat without logprobs": [x.as_chat(logprobs=False) for x in sent],
+            "as /completions on prompt ids, logprobs 0": [x.as_completion() for x in sent],
+            "as /completions on prompt ids, no logprobs": [x.as_completion(logprobs=False) for x in sent],
+            "as /completions on prompt ids, logprobs 0, no grammar": [x.as_completion(grammar=False) for x in sent],
+            "as /completions on prompt ids, logprobs 0, no grammar, no seed":
+                [x.as_completion(grammar=False, seed=False) for x in sent],
+        }
+        features = {f"{c} of the sweep's requests {label}": await replay(url, requests, c)
+                    for label, requests in variants.items()}
+    hits1 = await prefix_cache_counters(url)
+    return report(f"{algorithm}, seed {seed}", p, raw, as_sent, padded | features, (hits0, hits1))
+
+
+def report(algorithm: str, p: dict, raw: dict, as_sent: dict, others: dict, hits: tuple) -> float:
     """`raw`: the generate-only replays (the ratio's baseline); `as_sent` (the split's middle
     term) and `others` (--padded, --features): shown, not counted."""
     pipe_tps = p["generated"] / p["wall"]
@@ -261,6 +278,7 @@ def report(algorithm: str, p: dict, raw: dict, as_sent: dict, others: dict, hits
     print(f"  worker time: wall {p['wall']:.1f} s, worker CPU {busy:.1f} s; waiting on the LLM "
           f"~{max(p['wall'] - busy, 0):.1f} s; shard commits {p['commit']:.2f} s of wall time, summed "
           "(background threads, off the search's path)")
+    return pipe_tps / raw_tps
 
 
 def main() -> None:
@@ -273,13 +291,19 @@ def main() -> None:
                         help="with auto: the raw client's levels of sequences in flight, e.g. 32,64,128 (the best counts)")
     parser.add_argument("--raw-limit", type=int, default=3000, help="replay at most this many of the sequences (0: all)")
     parser.add_argument("--tasks", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="sweeps (seeds 0, 1, ...) each followed by its replays; prints the median ratio")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--padded", action="store_true",
                         help="also replay the sweep's requests padded to their longest sample (printed, not counted)")
     parser.add_argument("--unconstrained", action="store_true", help="the sweep with constrain_actions off")
+    parser.add_argument("--max-thought-chars", type=int, default=48,
+                        help="the sweep's policy.max_thought_chars (default 48: the tiny random model never ends a "
+                             "thought line, so with 0, the product's default, every constrained reply runs into its "
+                             "token budget and takes a second request for its action, unlike a trained model)")
     parser.add_argument("--features", action="store_true",
                         help="also replay the sweep's requests without chat logprobs, and on /completions with their "
-                             "prompt ids with and without logprobs (printed, not counted)")
+                             "prompt ids with and without logprobs, grammar and seeds (printed, not counted)")
     parser.add_argument("--algorithms", nargs="+", default=["mcts", "tot"], choices=list(SEARCHES))
     parser.add_argument("--model-dir", help="serve this model folder instead of building the tiny one")
     args = parser.parse_args()
