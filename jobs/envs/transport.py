@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -20,6 +21,9 @@ import httptools
 import httpx
 
 Origin = tuple[str, int]
+# An idle connection is not reused past this: a server closes idle ones on its own clock
+# (uvicorn's default keep-alive is 5 s), and a request written as it closes is lost.
+KEEPALIVE_EXPIRY_S = 4.0
 
 
 class _Connection(asyncio.Protocol):
@@ -35,6 +39,7 @@ class _Connection(asyncio.Protocol):
         self._delimited_by_eof = True
         self._body: list[bytes] = []
         self._keep_alive = True
+        self.idle_since = 0.0  # time.monotonic() when it last went back to the pool
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -102,10 +107,12 @@ class _Connection(asyncio.Protocol):
 
 
 class LeanTransport:
-    """HTTP/1.1 over plain TCP with pooled keep-alive connections (idle ones reused LIFO)."""
+    """HTTP/1.1 over plain TCP with pooled keep-alive connections (idle ones reused LIFO, none
+    idle for longer than keepalive_expiry_s)."""
 
-    def __init__(self, max_idle_per_origin: int = 64) -> None:
+    def __init__(self, max_idle_per_origin: int = 64, keepalive_expiry_s: float = KEEPALIVE_EXPIRY_S) -> None:
         self.max_idle = max_idle_per_origin
+        self.keepalive_expiry_s = keepalive_expiry_s
         self._idle: defaultdict[Origin, list[_Connection]] = defaultdict(list)
 
     async def send(self, origin: Origin, head: bytes, body: bytes, connect_timeout: float | None,
@@ -128,7 +135,11 @@ class LeanTransport:
         idle = self._idle[origin]
         while idle:
             connection = idle.pop()
-            if connection.reusable:
+            if time.monotonic() - connection.idle_since > self.keepalive_expiry_s:
+                for stale in [connection, *idle]:  # LIFO: the ones below are older still
+                    stale.close()
+                idle.clear()
+            elif connection.reusable:
                 return connection
         loop = asyncio.get_running_loop()
         try:
@@ -143,6 +154,7 @@ class LeanTransport:
     def _release(self, origin: Origin, connection: _Connection) -> None:
         idle = self._idle[origin]
         if connection.reusable and len(idle) < self.max_idle:
+            connection.idle_since = time.monotonic()
             idle.append(connection)
         else:
             connection.close()
