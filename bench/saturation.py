@@ -74,12 +74,17 @@ class Sent:
         """The same request on /completions with its prompt ids (no chat template, no chat
         logprobs objects): sampling kept; logprobs 0 (the sampled token's) or none; its
         grammar and its seed kept or left out."""
-        dropped = {"messages", "logprobs", "top_logprobs"} | ({"seed"} if not seed else set())
-        body = {k: v for k, v in self.body.items() if k not in dropped}
+        body = {k: v for k, v in self.body.items() if k not in ("messages", "logprobs", "top_logprobs")}
+        if not seed:
+            body.pop("seed", None)
         if not grammar:  # nothing then ends a sample where the grammar did: each runs to the longest's length
-            body = {k: v for k, v in body.items() if k not in ("structured_outputs", "stop")}
+            body.pop("structured_outputs", None)
+            body.pop("stop", None)
             body |= {"max_tokens": max(max(self.lengths), 1), "ignore_eos": True}
-        return "/completions", {**body, "prompt": self.prompt_ids, **({"logprobs": 0} if logprobs else {})}
+        body["prompt"] = self.prompt_ids
+        if logprobs:
+            body["logprobs"] = 0
+        return "/completions", body
 
     def padded(self) -> Shape:
         """The request's n samples, each as long as its longest."""
