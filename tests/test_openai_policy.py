@@ -252,19 +252,27 @@ class Scripted(QuietHandler):
 
     script: list[tuple[int, Any, float]] = []
     bodies: list[dict[str, Any]] = []
+    keys: list[str | None] = []  # each POST's authorization header
 
     def do_POST(self) -> None:
         self.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.keys.append(self.headers.get("Authorization"))
         status, body, delay = self.script.pop(0) if len(self.script) > 1 else self.script[0]
         time.sleep(delay)
         self.answer(status, json.dumps(body).encode())
 
 
 @contextmanager
-def scripted_server(*script: tuple[int, Any, float]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    handler = type("Handler", (Scripted,), {"script": list(script), "bodies": []})
+def scripted(*script: tuple[int, Any, float]) -> Iterator[tuple[str, type[Scripted]]]:
+    handler = type("Handler", (Scripted,), {"script": list(script), "bodies": [], "keys": []})
     with serving(handler) as url:
-        yield f"{url}/v1", handler.bodies
+        yield f"{url}/v1", handler
+
+
+@contextmanager
+def scripted_server(*script: tuple[int, Any, float]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    with scripted(*script) as (url, handler):
+        yield url, handler.bodies
 
 
 async def test_5xx_is_retried_then_succeeds() -> None:
@@ -308,12 +316,13 @@ async def test_read_timeout_is_not_retried() -> None:
 
 
 async def test_request_fields_sent() -> None:
-    with scripted_server((200, chat_body(), 0)) as (url, bodies):
-        policy = OpenAIPolicy(config_for(url, constrain_actions=True))
+    with scripted((200, chat_body(), 0)) as (url, handler):
+        policy = OpenAIPolicy(config_for(url, constrain_actions=True, api_key="sk-test"))
         await policy.propose(TASK, 4, valid_actions=VALID, seed=40)
         await policy.act(TASK, Reply(text="", thought="hm", action=""), valid_actions=VALID, seed=9)
         await policy.close()
-    propose, act = bodies
+    propose, act = handler.bodies
+    assert handler.keys == ["Bearer sk-test"] * 2
     assert propose["n"] == 4 and propose["seed"] == 40 and propose["logprobs"] is True
     assert propose["return_token_ids"] is True
     assert propose["structured_outputs"] == {"regex": prompts.action_regex(VALID, 24)}

@@ -22,7 +22,6 @@ import contextlib
 import itertools
 import logging
 import re
-import socket
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import TracebackType
@@ -34,8 +33,8 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_e
 
 from thicket import metrics
 from thicket.envs.protocol import ActionFailed, Env, Observation, Transition
-from thicket.envs.transport import Exchange, HttpxExchange, LeanExchange
 from thicket.errors import BadInput, ThicketError, Unavailable
+from thicket.transport import Exchange, exchange_for
 
 EPISODE_OVER = Transition(Observation("The episode is over.", ()), 0.0, True)
 MAX_RECOVERIES = 3  # instance lost again and again within one call: give up
@@ -83,7 +82,6 @@ class _Busy(Exception):
 
 
 _GONE = re.compile(r"\bid\b.*\b(not valid|invalid|deleted|not found|does not exist)", re.IGNORECASE)
-_NODELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
 
 
 def _loads(content: bytes) -> Any:
@@ -277,12 +275,7 @@ AGENTGYM_DIALECTS: dict[str, type[Dialect]] = {
 
 
 def default_exchange(config: ClientConfig, transport: httpx.AsyncBaseTransport | None = None) -> Exchange:
-    if transport is None and config.url.startswith("http://"):
-        return LeanExchange(config.url, config.timeout_s, max_idle=config.max_connections)
-    if transport is None:
-        limits = httpx.Limits(max_connections=config.max_connections, max_keepalive_connections=config.max_connections)
-        transport = httpx.AsyncHTTPTransport(limits=limits, socket_options=_NODELAY)
-    return HttpxExchange(transport, config.url, config.timeout_s)
+    return exchange_for(config.url, config.timeout_s, config.max_connections, transport=transport)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from thicket.errors import BadInput, Unavailable
 from thicket.policy import prompts
 from thicket.policy.base import Messages, Policy, Reply
 from thicket.policy.inflight import AdjustableLimit
+from thicket.transport import Answer, Exchange, exchange_for
 from thicket.unreachable import nobody_listens
 
 log = logging.getLogger("thicket.policy")
@@ -42,7 +43,6 @@ log = logging.getLogger("thicket.policy")
 THINK_STOP = ("\nAction", "Action:")
 _ACTION_MARK = re.compile(r"Action\s*:", re.IGNORECASE)
 _CONTEXT_ERROR = re.compile(r"maximum context length|context_length_exceeded", re.IGNORECASE)
-_JSON_HEADERS = {"content-type": "application/json"}
 _CONNECTION_ERRORS = (
     httpx.ConnectError,
     httpx.ConnectTimeout,
@@ -91,20 +91,20 @@ def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, (*_CONNECTION_ERRORS, _ServerError))
 
 
-def _error_message(response: httpx.Response) -> str:
+def _error_message(response: Answer) -> str:
     try:
-        body = response.json()
+        body = orjson.loads(response.content)
         error = body.get("error", body) if isinstance(body, dict) else body
         message = error.get("message", error) if isinstance(error, dict) else error
     except ValueError:
         message = response.text
-    return " ".join(str(message).split())[:500] or response.reason_phrase
+    return " ".join(str(message).split())[:500] or response.reason
 
 
-def _served_models(response: httpx.Response) -> list[str] | None:
+def _served_models(response: Answer) -> list[str] | None:
     """The model ids of a /models answer; None when it is not an OpenAI-compatible list."""
     try:
-        data = response.json().get("data")
+        data = orjson.loads(response.content).get("data")
     except (ValueError, AttributeError):
         return None
     if not isinstance(data, list):
@@ -178,33 +178,30 @@ class OpenAIPolicy(Policy):
     def __init__(self, config: OpenAIConfig) -> None:
         self.config = config
         self.base_url = config.base_url.rstrip("/")
-        self._client: httpx.AsyncClient | None = None
+        self._exchange: Exchange | None = None
         self._slots = AdjustableLimit(config.concurrency, config.concurrency_ceiling)
 
     # -- HTTP -------------------------------------------------------------------------
 
     @property
-    def client(self) -> httpx.AsyncClient:
-        if self._client is None:
-            headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
-            limits = httpx.Limits(max_connections=self.slots.ceiling + 4, max_keepalive_connections=self.slots.ceiling)
-            timeout = httpx.Timeout(self.config.timeout_s, connect=min(10.0, self.config.timeout_s))
-            self._client = httpx.AsyncClient(headers=headers, limits=limits, timeout=timeout)
-        return self._client
+    def exchange(self) -> Exchange:
+        if self._exchange is None:
+            headers = {"authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else None
+            self._exchange = exchange_for(self.base_url, self.config.timeout_s, self.slots.ceiling + 4, headers,
+                                          connect_timeout_s=min(10.0, self.config.timeout_s))
+        return self._exchange
 
     async def close(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        if self._exchange is not None:
+            await self._exchange.aclose()
+            self._exchange = None
 
     async def _send(self, method: str, path: str, body: dict[str, Any] | None = None,
-                    startup: bool = False) -> httpx.Response:
+                    startup: bool = False) -> Answer:
         """One HTTP call, retried on connection errors and 5xx; errors become ThicketErrors.
         At start-up, nothing listening for startup_connect_s is a wrong URL (BadInput)."""
-        url = f"{self.base_url}{path}"
         # orjson: a reply's JSON (its logprobs a token each) cost the worker more than anything else it does per request
         content = None if body is None else orjson.dumps(body)
-        headers = None if body is None else _JSON_HEADERS
         retrying = AsyncRetrying(
             retry=retry_if_exception(_retryable),
             wait=wait_exponential(multiplier=self.config.retry_backoff_s, max=5.0),
@@ -215,9 +212,9 @@ class OpenAIPolicy(Policy):
         try:
             async for attempt in retrying:
                 with attempt:
-                    response = await self.client.request(method, url, content=content, headers=headers)
-                    if response.status_code >= 500:
-                        raise _ServerError(response.status_code, _error_message(response))
+                    response = await self.exchange(method, path, content)
+                    if response.status >= 500:
+                        raise _ServerError(response.status, _error_message(response))
         except _CONNECTION_ERRORS as exc:
             if startup and (reason := nobody_listens(exc)):
                 raise BadInput(f"{self.config.url_field}: nothing answers at {self.base_url} ({reason}, "
@@ -274,10 +271,10 @@ class OpenAIPolicy(Policy):
             with self.meter.request():
                 response = await self._send("POST", "/chat/completions", payload)
             latency = time.perf_counter() - started
-        if response.status_code == 400 and _CONTEXT_ERROR.search(response.text):
+        if response.status == 400 and _CONTEXT_ERROR.search(response.text):
             raise _ContextTooLong(_error_message(response))
-        if response.status_code >= 400:
-            raise BadInput(f"the policy server refused the request (HTTP {response.status_code}): "
+        if response.status >= 400:
+            raise BadInput(f"the policy server refused the request (HTTP {response.status}): "
                            f"{_error_message(response)}")
         return orjson.loads(response.content), latency
 
@@ -285,8 +282,8 @@ class OpenAIPolicy(Policy):
 
     async def start(self) -> None:
         response = await self._send("GET", "/models", startup=True)
-        if response.status_code != 200:
-            raise BadInput(f"{self.config.url_field}: {self.base_url}/models answered HTTP {response.status_code}: "
+        if response.status != 200:
+            raise BadInput(f"{self.config.url_field}: {self.base_url}/models answered HTTP {response.status}: "
                            f"{_error_message(response)}")
         served = _served_models(response)
         if served is None:

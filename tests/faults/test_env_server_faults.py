@@ -136,7 +136,7 @@ async def test_a_response_cut_off_by_a_dying_server_is_a_transport_error_not_an_
     """What a kill -9 between a response's headers and its body looks like on the wire."""
     import asyncio
 
-    from thicket.envs.transport import LeanExchange
+    from thicket.transport import LeanExchange
 
     async def headers_then_die(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
