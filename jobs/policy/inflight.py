@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import httpx
 
 from thicket import metrics
+from thicket.transport import Exchange, exchange_for, get
 
 log = logging.getLogger("thicket.policy.inflight")
 
@@ -121,10 +122,11 @@ class InFlightTuner:
         return current
 
     async def run(self) -> None:
-        async with httpx.AsyncClient(timeout=max(self.period_s, 1.0)) as client:
+        exchange = exchange_for(self.metrics_url, max(self.period_s, 1.0), max_connections=1)
+        try:
             while True:
                 await asyncio.sleep(self.period_s)
-                load = await self._read(client)
+                load = await self._read(exchange)
                 if load is None:
                     continue
                 new = self.next_limit(load)
@@ -133,13 +135,15 @@ class InFlightTuner:
                               self.limit.limit, new, load.running, load.waiting)
                     self.limit.set_limit(new)
                     metrics.LLM_IN_FLIGHT_LIMIT.set(new)
+        finally:
+            await exchange.aclose()
 
-    async def _read(self, client: httpx.AsyncClient) -> ServerLoad | None:
+    async def _read(self, exchange: Exchange) -> ServerLoad | None:
         try:
-            response = await client.get(self.metrics_url)
+            response = await exchange("GET", "")
         except httpx.HTTPError:
             return None  # a restarting server: keep the limit, the requests retry on their own
-        return parse_server_load(response.text) if response.status_code == 200 else None
+        return parse_server_load(response.text) if response.status == 200 else None
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[InFlightTuner]:
@@ -154,8 +158,7 @@ class InFlightTuner:
 async def serves_load_metrics(metrics_url: str) -> bool:
     """Whether the server publishes vLLM's running/waiting gauges (an auto limit needs them)."""
     try:
-        async with httpx.AsyncClient(timeout=5.0) as client:
-            response = await client.get(metrics_url)
+        response = await get(metrics_url, 5.0)
     except httpx.HTTPError:
         return False
-    return response.status_code == 200 and parse_server_load(response.text) is not None
+    return response.status == 200 and parse_server_load(response.text) is not None
