@@ -3,11 +3,14 @@
     .venv/bin/python bench/aggregate.py                       # 5M nodes (~10k trees of ~500)
     .venv/bin/python bench/aggregate.py --nodes 500000 --keep /tmp/shards
     .venv/bin/python bench/aggregate.py --nodes 500000 --keep /tmp/shards --stages 200
+    .venv/bin/python bench/aggregate.py --nodes 500000 --keep /tmp/shards --repeat 5   # the median of 5
+    .venv/bin/python bench/aggregate.py --nodes 500000 --from out/demo-textcraft-mcts  # real trees (make demo's)
+    .venv/bin/python bench/aggregate.py --nodes 500000 --trees-per-shard 1   # a data file per tree
     .venv/bin/python bench/aggregate.py --nodes 50000 --nodes-per-tree 80 --s3 --reads-in-flight 1
 
 Trees are generated with numpy in TREE_SCHEMA (random shapes, sampled ids with consistent
 compressed contexts, some cut by a token, rewards, values, visits, texts) and committed
-with write_shard. The aggregation runs in a child process so its peak RSS is its own.
+with write_shards, --trees-per-shard (32, the worker's default) to a data file. The aggregation runs in a child process so its peak RSS is its own.
 --stages N adds the CPU time of each stage over the first N trees (in the batches the
 aggregation builds at once), on one thread: decoding and the part writer (Parquet encoding,
 per dataset) run on background threads in an aggregation, building rows on the main
@@ -15,6 +18,11 @@ thread; on 2 cores the rate is bounded by half their sum, and by the largest of 
 --s3 copies the shards into a local S3 server (moto_server) and aggregates the s3:// URI:
 every commit marker and shard is a GET there; --reads-in-flight sets how many the store
 keeps in flight (S3Store's default otherwise).
+--from SWEEP commits a real sweep's trees again and again under new task ids instead: real
+texts, prompts and shapes (make demo's TextCraft trees have ~85 nodes and ~870-token prompts,
+where the synthetic ones have 48-token prompts), at scale.
+--repeat N aggregates N times and prints the median: on a shared 2-core VM one run's speed
+drifts by up to half between minutes.
 Goals: >= 200,000 nodes/s on 2 cores, peak RSS < 1 GB.
 """
 
@@ -25,6 +33,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,7 +47,7 @@ import numpy as np
 import pyarrow as pa
 
 from thicket.aggregate.source import BATCH_NODES
-from thicket.storage.shards import TREE_SCHEMA, write_shard
+from thicket.storage.shards import TREE_SCHEMA, write_shards
 from thicket.storage.store import LocalStore
 
 
@@ -167,16 +176,46 @@ def synthetic_tree(rng: np.random.Generator, task: int, shape: Shape) -> pa.Tabl
     return pa.table(columns, schema=TREE_SCHEMA)
 
 
-def generate(folder: str, total_nodes: int, shape: Shape, seed: int = 0) -> tuple[int, int]:
+def commit_trees(folder: str, tree: Callable[[int], pa.Table], total_nodes: int, per_shard: int) -> tuple[int, int]:
+    """Trees tree(0), tree(1), ... committed until they hold total_nodes, per_shard to a data file."""
     store = LocalStore(folder)
-    rng = np.random.default_rng(seed)
     nodes = trees = 0
+    batch: list[tuple[int, pa.Table]] = []
     while nodes < total_nodes:
-        table = synthetic_tree(rng, trees, shape)
-        write_shard(store, trees, table, "bench")
-        nodes += table.num_rows
+        batch.append((trees, tree(trees)))
+        nodes += batch[-1][1].num_rows
         trees += 1
+        if len(batch) == per_shard or nodes >= total_nodes:
+            write_shards(store, batch, "bench")
+            batch = []
     return trees, nodes
+
+
+def generate(folder: str, total_nodes: int, shape: Shape, per_shard: int = 1, seed: int = 0) -> tuple[int, int]:
+    rng = np.random.default_rng(seed)
+    return commit_trees(folder, lambda task: synthetic_tree(rng, task, shape), total_nodes, per_shard)
+
+
+def replicate(source: str, folder: str, total_nodes: int, per_shard: int = 1) -> tuple[int, int]:
+    """A sweep's committed trees, committed again under new task ids (its spec copied),
+    over and over until they hold total_nodes: the aggregation of real trees at scale."""
+    from thicket.storage.shards import iter_shards
+
+    origin = LocalStore(source)
+    tables = [table for _, table in iter_shards(origin)]
+    if not tables:
+        raise SystemExit(f"{source}: no committed trees there (expected the folder of a sweep that ran)")
+    if origin.exists("spec.yaml"):
+        LocalStore(folder).put("spec.yaml", origin.get("spec.yaml"))
+
+    def tree(task: int) -> pa.Table:
+        table = tables[task % len(tables)]
+        ids = pa.array(np.full(table.num_rows, task, np.int64))
+        for name in ("task", "tree"):
+            table = table.set_column(table.schema.get_field_index(name), name, ids)
+        return table
+
+    return commit_trees(folder, tree, total_nodes, per_shard)
 
 
 def aggregate_only(folder: str, workers: int | None, batch_nodes: int, reads_in_flight: int) -> None:
@@ -292,6 +331,29 @@ def run_measured(command: list[str]) -> tuple[str, int, float]:
     return out, peak, cpu
 
 
+@dataclass(frozen=True)
+class Run:
+    report: dict[str, Any]
+    peak: int
+    cpu: float
+
+    @property
+    def rate(self) -> float:
+        return self.report["nodes"] / self.report["seconds"]
+
+
+def measured_run(command: list[str]) -> Run:
+    """One aggregation in a child process, its figures printed."""
+    out, peak, cpu = run_measured(command)
+    run = Run(json.loads(out.strip().splitlines()[-1]), peak, cpu)
+    nodes = run.report["nodes"]
+    print(f"aggregated {nodes:,} nodes in {run.report['seconds']:.1f} s: {run.rate:,.0f} nodes/s "
+          f"(goal >= 200,000 on 2 cores); peak RSS {peak / 2**20:,.0f} MB, all processes (goal < 1,024 MB); "
+          f"{cpu:.1f} CPU s ({nodes / cpu:,.0f} nodes per CPU s); load average {os.getloadavg()[0]:.1f} "
+          f"on {os.cpu_count()} cores")
+    return run
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=5_000_000, help="total nodes to generate")
@@ -302,6 +364,12 @@ def main() -> None:
     parser.add_argument("--batch-nodes", type=int, default=BATCH_NODES, help="nodes of the trees built at once")
     parser.add_argument("--s3", action="store_true", help="aggregate from a local S3 server (moto_server)")
     parser.add_argument("--reads-in-flight", type=int, default=0, help="S3 gets in flight (0: the store's default)")
+    parser.add_argument("--from", dest="source", metavar="SWEEP",
+                        help="replicate this sweep folder's trees (e.g. out/demo-textcraft-mcts) instead of synthetic ones")
+    parser.add_argument("--trees-per-shard", type=int, default=32,
+                        help="trees committed to one data file (the worker's run.trees_per_shard; 1: a file each)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="aggregate this many times; prints each run and the median (this machine's speed drifts)")
     parser.add_argument("--aggregate-only", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.aggregate_only:
@@ -314,8 +382,12 @@ def main() -> None:
             print(f"reusing shards in {folder}")
         else:
             started = time.perf_counter()
-            trees, nodes = generate(folder, args.nodes, Shape(nodes_per_tree=args.nodes_per_tree))
-            print(f"generated {trees} trees, {nodes:,} nodes in {time.perf_counter() - started:.1f} s -> {folder}")
+            if args.source:
+                trees, nodes = replicate(args.source, folder, args.nodes, args.trees_per_shard)
+            else:
+                trees, nodes = generate(folder, args.nodes, Shape(nodes_per_tree=args.nodes_per_tree),
+                                        args.trees_per_shard)
+            print(f"{'replicated' if args.source else 'generated'} {trees} trees, {nodes:,} nodes in {time.perf_counter() - started:.1f} s -> {folder}")
         source, server = folder, None
         if args.s3:
             from s3_upload import CREDENTIALS, start_moto
@@ -328,17 +400,17 @@ def main() -> None:
         command = [sys.executable, __file__, "--aggregate-only", source, "--workers", str(args.workers),
                    "--batch-nodes", str(args.batch_nodes), "--reads-in-flight", str(args.reads_in_flight)]
         try:
-            out, peak, cpu = run_measured(command)
+            runs = [measured_run(command) for _ in range(max(1, args.repeat))]
         finally:
             if server is not None:
                 server.kill()
                 server.wait()
-        report = json.loads(out.strip().splitlines()[-1])
-        rate = report["nodes"] / report["seconds"]
-        print(f"aggregated {report['nodes']:,} nodes in {report['seconds']:.1f} s: {rate:,.0f} nodes/s "
-              f"(goal >= 200,000 on 2 cores); peak RSS {peak / 2**20:,.0f} MB, all processes (goal < 1,024 MB); "
-              f"{cpu:.1f} CPU s ({report['nodes'] / cpu:,.0f} nodes per CPU s); load average {os.getloadavg()[0]:.1f} "
-              f"on {os.cpu_count()} cores")
+        report = runs[-1].report
+        if len(runs) > 1:
+            rates = sorted(run.rate for run in runs)
+            print(f"median of {len(runs)} runs: {statistics.median(rates):,.0f} nodes/s "
+                  f"(slowest {rates[0]:,.0f}, fastest {rates[-1]:,.0f}); "
+                  f"peak RSS at most {max(run.peak for run in runs) / 2**20:,.0f} MB")
         print("rows: " + ", ".join(f"{k} {v:,}" for k, v in sorted(report["rows"].items())))
         if not args.s3:
             out = os.path.join(folder, "datasets")

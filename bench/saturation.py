@@ -35,11 +35,11 @@ from pathlib import Path
 import httpx
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
+from thicket import commits, worker
 from thicket.policy.openai import OpenAIPolicy
 from thicket.runner import run_tasks
 from thicket.spec import parse_spec
 from thicket.vllm_server import VLLMServer, prefix_cache_counters
-from thicket.worker import Worker
 
 END_LOGIT = 3.6  # the tiny model's eos and newline: ~5% a token each
 
@@ -103,7 +103,7 @@ class Recorder:
 
 
 def record(recorder: Recorder) -> None:
-    """Wrap the policy's request and the worker's commit to see what the sweep did."""
+    """Wrap the policy's request and the worker's commits to see what the sweep did."""
     chat_once = OpenAIPolicy._chat_once
 
     async def recorded(self, messages, body):
@@ -115,17 +115,18 @@ def record(recorder: Recorder) -> None:
             recorder.sent.append(Sent(sent, data["prompt_token_ids"], lengths))
         return data, latency
 
-    commit = Worker._commit
-
-    def timed_commit(self, x):
-        started = time.perf_counter()
-        try:
-            return commit(self, x)
-        finally:
-            recorder.commit_s += time.perf_counter() - started
+    def timed(fn):
+        def run(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                recorder.commit_s += time.perf_counter() - started
+        return run
 
     OpenAIPolicy._chat_once = recorded  # type: ignore[method-assign]
-    Worker._commit = timed_commit  # type: ignore[method-assign]
+    worker.tree_table = timed(worker.tree_table)  # laying a tree out as a table, then writing its batch
+    commits.write_shards = timed(commits.write_shards)
 
 
 SEARCHES = {

@@ -1,7 +1,7 @@
 """`thicket pull`: copy a sweep's committed objects to a local folder, verified and resumable.
 
-Copied: spec.yaml, every commit marker with the shard it points to, and everything under
-datasets/. Each shard's SHA-256 is checked against its marker before it is written, and a marker
+Copied: spec.yaml, every commit marker with the shard it points to (a batch file once, with
+all of its markers), and everything under datasets/. Each shard's SHA-256 is checked against its marker before it is written, and a marker
 is written only after its shard, so the folder is always a valid local sweep. Files already there
 with the right checksum (shards) or size (the rest) are skipped; every write goes to a temporary
 name and is renamed into place, so an interrupted pull just resumes.
@@ -9,10 +9,10 @@ name and is renamed into place, so an interrupted pull just resumes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -34,7 +34,7 @@ class Item:
     key: str
     size: int
     sha256: str | None = None
-    then: tuple[str, bytes] | None = None  # a commit marker to write once this shard is in place
+    then: tuple[tuple[str, bytes], ...] = ()  # commit markers to write once this shard is in place
 
 
 @dataclass
@@ -77,15 +77,20 @@ def pull_sweep(uri: str, dest: Path, progress: bool = True) -> PullReport:
 def plan(src: Store, pool: ThreadPoolExecutor) -> list[Item]:
     """Shards (each carrying its marker), datasets/ and spec.yaml, with their expected sizes."""
     marker_keys = [k for k in src.list(COMMITS) if k.endswith(".json")]
-    shards = [shard_item(key, raw) for key, raw in zip(marker_keys, src.get_many(marker_keys))]
+    shards = shard_items(zip(marker_keys, src.get_many(marker_keys)))
     extra = list(src.list(DATASETS)) + ([SPEC] if src.exists(SPEC) else [])
     sized = pool.map(lambda k: Item(k, src.size(k)), extra)
     return shards + list(sized)
 
 
-def shard_item(marker_key: str, raw: bytes) -> Item:
-    marker = CommitMarker.from_json(raw)
-    return Item(marker.data_key, marker.bytes, marker.sha256, then=(marker_key, raw))
+def shard_items(markers: Iterable[tuple[str, bytes]]) -> list[Item]:
+    """One item per data file, carrying the markers that point to it (a batch file: several)."""
+    items: dict[str, Item] = {}
+    for marker_key, raw in markers:
+        marker = CommitMarker.from_json(raw)
+        item = items.get(marker.data_key) or Item(marker.data_key, marker.bytes, marker.sha256)
+        items[marker.data_key] = replace(item, then=(*item.then, (marker_key, raw)))
+    return list(items.values())
 
 
 def copy_item(src: Store, dst: LocalStore, item: Item) -> tuple[Item, bool, str | None]:
@@ -97,8 +102,7 @@ def copy_item(src: Store, dst: LocalStore, item: Item) -> tuple[Item, bool, str 
             return item, False, f"{item.key}: {wrong}"
         dst.put(item.key, data)
         copied = True
-    if item.then is not None:
-        marker_key, raw = item.then
+    for marker_key, raw in item.then:
         if not (dst.exists(marker_key) and dst.get(marker_key) == raw):
             dst.put(marker_key, raw)
     return item, copied, None

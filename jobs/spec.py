@@ -162,6 +162,14 @@ class PolicySpec(Strict):
 class RunSpec(Strict):
     trees_in_flight: int | None = Field(None, ge=1, description="trees grown at once per pod (default: 2 x the requests in flight)")
     task_timeout_s: float = Field(3600, gt=0, description="a tree still growing then is stored as timed out")
+    trees_per_shard: int = Field(
+        32, ge=1, description="finished trees written to one data file at most (1: a file per tree); a file "
+        "of many trees decodes several times faster in aggregation and takes far fewer bytes"
+    )
+    shard_wait_s: float = Field(
+        60, gt=0, description="a finished tree waits at most this long for others to share its data file "
+        "(trees still waiting when the pod dies are grown again by a rerun)"
+    )
     index_timeout_s: float | None = Field(
         None, gt=0, description="the pod's whole share: trees growing then are stored as timed out, tasks not "
         "started are left for a rerun (exit 4)"

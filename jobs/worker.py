@@ -1,4 +1,5 @@
-"""The worker: grow one tree per task, many at once, and commit each as a shard.
+"""The worker: grow one tree per task, many at once, and commit each as a shard (several
+finished trees to a data file, see thicket.commits).
 
 Tasks already committed in the store are skipped, so a rerun resumes.
 """
@@ -10,10 +11,11 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from thicket import metrics
+from thicket.commits import ShardBatcher
 from thicket.envs import make_env
 from thicket.envs.protocol import Env
 from thicket.errors import BadInput, ThicketError, Unavailable
@@ -26,7 +28,7 @@ from thicket.search.guard import ContentGuard
 from thicket.search.tree import StopReason
 from thicket.shard import TreeMeta, tree_table
 from thicket.spec import SweepSpec
-from thicket.storage.shards import CommitStatus, committed_task_ids, write_shard
+from thicket.storage.shards import CommitStatus, committed_task_ids
 from thicket.storage.store import Store
 
 log = logging.getLogger("thicket.worker")
@@ -128,6 +130,8 @@ class Worker:
             if task not in done_before:
                 todo.put_nowait(task)
         slots = self.tree_slots()
+        batcher = ShardBatcher(self.store, self.writer_id, self.spec.run.trees_per_shard, self.spec.run.shard_wait_s)
+        growing = 0
 
         def no_more() -> bool:
             return todo.empty() or self._past_index_deadline() or report.server_lost is not None
@@ -135,21 +139,37 @@ class Worker:
         with TaskProgress(total=len(tasks), done=len(report.outcomes), enabled=self.progress) as bar:
 
             async def drain() -> None:
+                nonlocal growing
                 while not no_more():
                     async with slots:
                         if no_more():
                             break
-                        outcome = self._finished(await self.grow_task(todo.get_nowait()))
+                        growing += 1
+                        try:
+                            grown = await self.grow_task(todo.get_nowait(), batcher)
+                        finally:
+                            growing -= 1
+                    if no_more() and growing == 0:
+                        batcher.flush()  # no other tree will come to share a data file
+                    outcome = self._finished(grown if isinstance(grown, TaskOutcome) else await grown)
                     report.add(outcome)
                     bar.advance(outcome.nodes, outcome.solved)
 
-            await asyncio.gather(*(drain() for _ in range(min(slots.ceiling, todo.qsize()) or 1)))
+            # A tree waiting for its batch holds no slot: more drains than slots keep them all busy.
+            drains = min(slots.ceiling + batcher.max_trees, todo.qsize()) or 1
+            try:
+                await asyncio.gather(*(drain() for _ in range(drains)))
+            finally:
+                await batcher.aclose()
         self._leave_unstarted(todo, report)
         report.outcomes.sort(key=lambda o: o.task)
         report.seconds = time.perf_counter() - started
         return report
 
-    async def grow_task(self, task: int) -> TaskOutcome:
+    async def grow_task(self, task: int, batcher: ShardBatcher) -> TaskOutcome | asyncio.Task[TaskOutcome]:
+        """Grow the task's tree and queue it for its commit: a failure's outcome, or the task
+        that gives the outcome once the tree's batch is written. An outcome's seconds are
+        those spent growing the tree, not those waiting for its batch."""
         started = time.perf_counter()
         log.info("task %d started", task, extra={"task": task, "tree": task, "status": "started"})
         env = self.new_env() if self.new_env else make_env(self.spec.tasks.env, **self.spec.tasks.env_args)
@@ -169,20 +189,14 @@ class Worker:
             status = await self._grow_within_deadline(x)
             if faults := guard.summary():
                 log.warning("task %d: untrusted content handled: %s", task, faults, extra={"task": task, "tree": task})
-            commit = await asyncio.to_thread(self._commit, x)
+            table = await asyncio.to_thread(tree_table, x.tree, self._meta(x))
         except (BadInput, asyncio.CancelledError):
             raise
         except Exception as err:  # one task's failure must not stop the others
-            message = err.args[0] if isinstance(err, ThicketError) and err.args else repr(err)
-            kind = UNAVAILABLE if isinstance(err, Unavailable) else "error"
-            failed = TaskOutcome(task, TaskStatus.FAILED, seconds=time.perf_counter() - started, error=f"{kind}: {message}")
-            log.error("task %d failed: %s", task, message, extra=failed.log_fields())
-            return failed
+            return self._failed(task, err, started)
         finally:
             await env.close()
-        if commit is CommitStatus.ALREADY_COMMITTED:
-            status = TaskStatus.SKIPPED
-        return TaskOutcome(
+        grown = TaskOutcome(
             task,
             status,
             nodes=x.tree.size,
@@ -191,6 +205,30 @@ class Worker:
             llm_requests=x.llm_requests,
             seconds=time.perf_counter() - started,
         )
+        return asyncio.create_task(self._committed(grown, batcher.add(task, table), started))
+
+    async def _committed(self, grown: TaskOutcome, commit: asyncio.Future[CommitStatus], started: float) -> TaskOutcome:
+        task = grown.task
+        try:
+            status = await commit
+        except (BadInput, asyncio.CancelledError):
+            raise
+        except Exception as err:
+            return self._failed(task, err, started)
+        fields = {"task": task, "tree": task, "nodes": grown.nodes, "commit": status.value, "writer": self.writer_id}
+        if status is CommitStatus.COMMITTED:
+            log.info("task %d: shard committed (%d nodes)", task, grown.nodes, extra=fields)
+        else:
+            log.info("task %d: another writer committed it first; ours is dropped", task, extra=fields)
+            grown = replace(grown, status=TaskStatus.SKIPPED)
+        return grown
+
+    def _failed(self, task: int, err: Exception, started: float) -> TaskOutcome:
+        message = err.args[0] if isinstance(err, ThicketError) and err.args else repr(err)
+        kind = UNAVAILABLE if isinstance(err, Unavailable) else "error"
+        failed = TaskOutcome(task, TaskStatus.FAILED, seconds=time.perf_counter() - started, error=f"{kind}: {message}")
+        log.error("task %d failed: %s", task, message, extra=failed.log_fields())
+        return failed
 
     def _leave_unstarted(self, todo: asyncio.Queue[int], report: WorkerReport) -> None:
         """Tasks never started (a server stayed unreachable, or the index deadline passed)
@@ -224,8 +262,8 @@ class Worker:
             settle(x, self.spec.search, StopReason.TIMEOUT)
             return TaskStatus.TIMED_OUT
 
-    def _commit(self, x: Expander) -> CommitStatus:
-        meta = TreeMeta(
+    def _meta(self, x: Expander) -> TreeMeta:
+        return TreeMeta(
             sweep=self.spec.name,
             env=self.spec.tasks.env,
             algorithm=self.spec.search.algorithm,
@@ -234,15 +272,6 @@ class Worker:
             instructions=x.instructions,
             show_valid_actions=x.show_valid_actions,
         )
-        started = time.perf_counter()
-        commit = write_shard(self.store, x.tree.task, tree_table(x.tree, meta), self.writer_id)
-        fields = {"task": x.tree.task, "tree": x.tree.task, "nodes": x.tree.size, "commit": commit.value,
-                  "writer": self.writer_id, "seconds": round(time.perf_counter() - started, 3)}
-        if commit is CommitStatus.COMMITTED:
-            log.info("task %d: shard committed (%d nodes)", x.tree.task, x.tree.size, extra=fields)
-        else:
-            log.info("task %d: another writer committed it first; ours is dropped", x.tree.task, extra=fields)
-        return commit
 
     def _finished(self, outcome: TaskOutcome) -> TaskOutcome:
         """Count and log a task that grow_task is done with (failures logged their own line)."""

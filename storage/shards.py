@@ -1,13 +1,17 @@
-"""Tree shards: one Parquet file per tree, one row per node, committed atomically.
+"""Tree shards: Parquet files of one row per node, each tree committed atomically.
 
 Layout under a sweep's URI:
-    trees/data/task-00000042.<sha256>.<rows>.parquet   the data, written first
+    trees/data/task-00000042.<sha256>.<rows>.parquet   one tree's data, written first
+    trees/data/batch-00000040-00000071.<sha256>.<rows>.parquet   or several trees' (tasks 40 to 71 at most)
     trees/commits/task-00000042.json                    the commit marker, put-if-absent
 Readers only see committed tasks, so a half-written or losing shard is never seen; the
-marker holds the data key, its SHA-256 and its row count. The data key says the same,
-so a reader of many shards needs two listings and no marker reads, except for a
-task with more than one data object (see committed_shards). Earlier sweeps named data
-task-00000042.<sha16>.parquet; their markers are read.
+marker holds the data key, its SHA-256, the tree's rows and where they start in the file.
+A one-tree data key says the same, so a reader of many shards needs two listings and no
+marker reads, except for a task with more than one data object (see committed_shards);
+the markers of trees in batch files are read. A batch file decodes 5x faster per node
+and takes a tenth of the bytes of one file per tree (the fixed costs of a Parquet file:
+its footer, a reader per column chunk, the system prompt's dictionary). Earlier sweeps
+named data task-00000042.<sha16>.parquet; their markers are read.
 """
 
 from __future__ import annotations
@@ -17,10 +21,12 @@ import io
 import json
 import re
 import time
-from collections.abc import Iterator
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -90,6 +96,7 @@ class CommitMarker:
     bytes: int
     writer: str
     committed_at: float
+    row_start: int = 0  # the tree's first row in the data file (batch files hold several)
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -100,17 +107,19 @@ class CommitMarker:
 
     @property
     def ref(self) -> ShardRef:
-        return ShardRef(self.task, self.data_key, self.sha256, self.rows)
+        return ShardRef(self.task, self.data_key, self.sha256, self.rows, self.row_start)
 
 
 @dataclass(frozen=True)
 class ShardRef:
-    """What a reader needs of a committed shard."""
+    """What a reader needs of a committed tree: its data file (which may hold other trees:
+    the tree is rows row_start:row_start + rows there)."""
 
     task: int
     data_key: str
-    sha256: str
+    sha256: str  # of the whole file
     rows: int
+    row_start: int = 0
 
 
 def commit_key(task: int) -> str:
@@ -121,7 +130,12 @@ def data_key(task: int, sha256: str, rows: int) -> str:
     return f"{DATA}task-{task:08d}.{sha256}.{rows}.parquet"
 
 
+def batch_key(tasks: Sequence[int], sha256: str, rows: int) -> str:
+    return f"{DATA}batch-{min(tasks):08d}-{max(tasks):08d}.{sha256}.{rows}.parquet"
+
+
 _TASK_OF_DATA = re.compile(rf"^{DATA}task-(\d+)\.")
+_TASKS_OF_BATCH = re.compile(rf"^{DATA}batch-(\d+)-(\d+)\.")  # the lowest and highest task it holds
 _SHA_AND_ROWS = re.compile(r"\.([0-9a-f]{64})\.(\d+)\.parquet$")  # after the task, in current data keys
 
 
@@ -163,6 +177,35 @@ def write_shard(store: Store, task: int, table: pa.Table, writer: str) -> Commit
     return CommitStatus.ALREADY_COMMITTED
 
 
+def write_shards(store: Store, trees: Sequence[tuple[int, pa.Table]], writer: str) -> dict[int, CommitStatus]:
+    """Several trees in one data file (in task order), each committed by its own marker
+    (put-if-absent); each task's status. One tree: write_shard. A tree that another writer
+    committed first stays in the file, unread; a file holding no committed tree is deleted."""
+    if len(trees) == 1:
+        return {trees[0][0]: write_shard(store, *trees[0], writer)}
+    trees = sorted(trees, key=lambda item: item[0])
+    tasks = [task for task, _ in trees]
+    if len(set(tasks)) != len(tasks):
+        raise ValueError(f"a batch holds each task once: {tasks}")
+    table = pa.concat_tables([t for _, t in trees]).combine_chunks()
+    data = to_parquet(table)
+    digest = hashlib.sha256(data).hexdigest()
+    key = batch_key(tasks, digest, table.num_rows)
+    store.put(key, data)
+    statuses: dict[int, CommitStatus] = {}
+    start, now = 0, time.time()
+    for task, tree in trees:
+        marker = CommitMarker(task, key, digest, tree.num_rows, len(data), writer, now, row_start=start)
+        won = store.put(commit_key(task), marker.to_json(), if_absent=True)
+        statuses[task] = CommitStatus.COMMITTED if won else CommitStatus.ALREADY_COMMITTED
+        start += tree.num_rows
+    if CommitStatus.COMMITTED not in statuses.values():
+        winners = [read_marker(store, task) for task in tasks]
+        if all(w is None or w.data_key != key for w in winners):  # identical bytes share one key
+            store.delete(key)
+    return statuses
+
+
 def read_marker(store: Store, task: int) -> CommitMarker | None:
     key = commit_key(task)
     return CommitMarker.from_json(store.get(key)) if store.exists(key) else None
@@ -182,21 +225,25 @@ def committed_tasks(store: Store) -> dict[int, CommitMarker]:
 
 
 def committed_shards(store: Store) -> list[ShardRef]:
-    """Every committed shard, in task order, from a listing of the commit markers and one
+    """Every committed tree, in task order, from a listing of the commit markers and one
     of the data. A committed task with exactly one data object, named in the current
-    format, is that object: a writer puts its data before its marker (so the data of
-    every task the first listing holds is in the second), and a loser deletes its own.
-    Any other committed task (a crashed attempt's or a racer's data beside the committed
-    one, an earlier sweep's key format, no data at all) has its marker read."""
+    format and holding that task alone, is that object: a writer puts its data before its
+    marker (so the data of every task the first listing holds is in the second), and a
+    loser deletes its own. Any other committed task (in a batch file's task range, a
+    crashed attempt's or a racer's data beside the committed one, an earlier sweep's key
+    format, no data at all) has its marker read."""
     tasks = sorted(committed_task_ids(store))  # first: their data was put before, so is listed below
     candidates: dict[int, list[str]] = {}
+    batched = np.zeros(len(tasks), dtype=bool)  # in the task range of some batch file
     for key in store.list(DATA):
         if found := _TASK_OF_DATA.match(key):
             candidates.setdefault(int(found[1]), []).append(key)
+        elif found := _TASKS_OF_BATCH.match(key):
+            batched[bisect_left(tasks, int(found[1])) : bisect_right(tasks, int(found[2]))] = True
     refs: dict[int, ShardRef] = {}
-    for task in tasks:
+    for task, in_batch in zip(tasks, batched.tolist()):
         keys = candidates.get(task, [])
-        if len(keys) == 1 and (named := _SHA_AND_ROWS.search(keys[0])):
+        if not in_batch and len(keys) == 1 and (named := _SHA_AND_ROWS.search(keys[0])):
             refs[task] = ShardRef(task, keys[0], named[1], int(named[2]))
     unresolved = [commit_key(task) for task in tasks if task not in refs]
     refs.update((m.task, m.ref) for m in map(CommitMarker.from_json, store.get_many(unresolved)))
@@ -210,18 +257,39 @@ def mismatch(data: bytes, sha256: str) -> str | None:
 
 
 def read_shard(store: Store, marker: CommitMarker | ShardRef) -> pa.Table:
+    """A committed tree's rows."""
+    return tree_rows(read_data(store, marker), marker)
+
+
+def read_data(store: Store, marker: CommitMarker | ShardRef) -> pa.Table:
+    """A committed tree's whole data file (other trees too, in a batch file), checksum verified."""
     data = store.get(marker.data_key)
     if wrong := mismatch(data, marker.sha256):
         raise StoreError(f"shard {marker.data_key} is corrupt: {wrong}")
     # One thread: a tree is small, and pyarrow 26's threaded read_table can abort the
     # interpreter at exit ("terminate called without an active exception", apache/arrow#34314).
-    table = pq.read_table(pa.BufferReader(data), use_threads=False)
-    if table.num_rows != marker.rows:
-        raise StoreError(f"shard {marker.data_key} has {table.num_rows} rows, committed {marker.rows}")
-    return table
+    return pq.read_table(pa.BufferReader(data), use_threads=False)
+
+
+def tree_rows(table: pa.Table, ref: CommitMarker | ShardRef) -> pa.Table:
+    """The committed tree's rows of its data file's table, checked against the commit: all
+    of the file's rows, or (a batch file) exactly the rows of its task, from row_start."""
+    if ref.row_start == 0 and table.num_rows == ref.rows:
+        return table
+    start, end = ref.row_start, ref.row_start + ref.rows
+    tasks = table.column("task").to_numpy() if "task" in table.column_names else None
+    if tasks is None or end > len(tasks) or (tasks[start:end] != ref.task).any() or (
+        start > 0 and tasks[start - 1] == ref.task) or (end < len(tasks) and tasks[end] == ref.task):
+        raise StoreError(f"shard {ref.data_key} does not hold task {ref.task}'s {ref.rows} rows from row "
+                         f"{start} as committed ({table.num_rows} rows there)")
+    return table.slice(start, ref.rows)
 
 
 def iter_shards(store: Store) -> Iterator[tuple[ShardRef, pa.Table]]:
-    """Every committed shard, in task order, checksums verified."""
+    """Every committed tree, in task order, checksums verified (a batch file read once for
+    its consecutive trees)."""
+    file: tuple[str, pa.Table] | None = None
     for ref in committed_shards(store):
-        yield ref, read_shard(store, ref)
+        if file is None or file[0] != ref.data_key:
+            file = (ref.data_key, read_data(store, ref))
+        yield ref, tree_rows(file[1], ref)

@@ -45,7 +45,7 @@ from thicket.search.sample import SampleParams
 from thicket.shard import TreeMeta, rebuild_contexts, tree_table
 from thicket.spec import parse_spec
 import thicket.storage.shards as shards
-from thicket.storage.shards import TREE_SCHEMA, commit_key, read_marker, write_shard
+from thicket.storage.shards import TREE_SCHEMA, CommitStatus, commit_key, iter_shards, read_marker, write_shard, write_shards
 from thicket.storage.store import LocalStore, open_store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -638,6 +638,25 @@ def test_shards_of_an_earlier_encoding_aggregate_beside_current_ones(tmp_path, m
     assert dataset_rows(mixed / "datasets") == dataset_rows(current / "datasets")
 
 
+def test_trees_in_batch_files_aggregate_as_trees_in_their_own_files(tmp_path):
+    """The same trees, one data file each or several to a file (in batches whose tasks
+    interleave across the aggregation's forests), give the same datasets."""
+    single = synthetic_sweep(tmp_path / "single")
+    batched = tmp_path / "batched"
+    store = LocalStore(batched)
+    store.put("spec.yaml", (single / "spec.yaml").read_bytes())
+    trees = [(ref.task, table) for ref, table in iter_shards(LocalStore(single))]
+    for batch in ([0, 5, 11], [1, 2, 3, 4], [6], [7, 8, 9, 10]):
+        assert set(write_shards(store, [trees[t] for t in batch], "w").values()) == {CommitStatus.COMMITTED}
+    assert len(list(store.list("trees/data/"))) == 4
+    for options in ({}, {"batch_nodes": 100}, {"batch_nodes": 100, "workers": 2}):
+        aggregate(str(single), **options)
+        aggregate(str(batched), **options)
+        parts = {k: v for k, v in files_under(single / "datasets").items() if k.endswith(".parquet")}
+        assert parts == {k: v for k, v in files_under(batched / "datasets").items() if k.endswith(".parquet")}
+        assert len(parts) >= 5
+
+
 def test_worker_processes_fetch_their_own_shards_from_s3(tmp_path, s3_server, aws_env):
     """S3Store pickles as its URI and settings: each worker process opens its own client."""
     local = synthetic_sweep(tmp_path)
@@ -801,8 +820,7 @@ async def test_real_vllm_trees_give_aligned_token_rows_and_a_verifier_cut(vllm_s
     assert result.stats["tokens_skipped"] == {"no_token_ids": 0, "not_append_only": 0}
     assert result.rows["tokens"] == result.stats["leaves"] > 0
     out = Path(spec.sweep_uri) / "datasets"
-    data = Path(spec.sweep_uri) / "trees" / "data"
-    shards = {t.column("task")[0].as_py(): t for t in (pq.read_table(p) for p in data.iterdir())}
+    shards = {ref.task: table for ref, table in iter_shards(LocalStore(spec.sweep_uri))}
     for row in pq.read_table(out / "tokens").to_pylist():
         table = shards[row["group_id"]]
         ctx, rows = rebuild_contexts(table), table.to_pylist()

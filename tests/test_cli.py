@@ -9,8 +9,10 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
+
+from thicket.storage.shards import iter_shards
+from thicket.storage.store import LocalStore
 
 ROOT = Path(__file__).resolve().parent.parent
 THICKET = str(Path(sys.executable).parent / "thicket")
@@ -31,9 +33,10 @@ def test_demo_with_uniform_policy_runs_fast_writes_readable_shards_and_resumes(t
     assert "tasks        6 (6 grown" in first.stdout
     sweep = tmp_path / "demo-textcraft-mcts"
     shards = sorted((sweep / "trees" / "data").glob("*.parquet"))
-    assert len(shards) == 6
-    for shard in shards:
-        table = pq.read_table(shard)
+    assert len(shards) == 1 and shards[0].name.startswith("batch-00000000-00000005.")  # six trees to a file
+    trees = list(iter_shards(LocalStore(sweep)))
+    assert [ref.task for ref, _ in trees] == list(range(6))
+    for _, table in trees:
         assert table.num_rows > 1 and table.column("node").to_pylist() == list(range(table.num_rows))
     assert (sweep / "spec.yaml").is_file()
     again = thicket("run", "sweeps/demo.yaml", "--policy", "uniform", "--output", str(tmp_path))

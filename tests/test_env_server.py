@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import pyarrow.parquet as pq
 import pytest
 
 from thicket.envs import SyncEnv, env_names, make_env
@@ -31,6 +30,8 @@ from thicket.search.expand import Expander
 from thicket.search.mcts import MCTSParams
 from thicket.search.tree import Node
 from thicket.spec import parse_spec
+from thicket.storage.shards import iter_shards
+from thicket.storage.store import LocalStore
 
 FAMILIES = env_names()
 TASK = 0
@@ -498,8 +499,8 @@ async def test_thicket_run_in_a_sidecar_grows_the_trees_it_grows_in_process(tmp_
         spec = parse_spec(SPEC | {"tasks": tasks, "output": str(tmp_path / mode)})
         summary = await run_tasks(spec, [0, 1], progress=False)
         assert not summary.report.failed
-        files = sorted((tmp_path / mode / spec.name / "trees" / "data").glob("*.parquet"))
-        tables[mode] = [pq.read_table(f, columns=TREE_COLUMNS).to_pylist() for f in files]
+        trees = iter_shards(LocalStore(tmp_path / mode / spec.name))
+        tables[mode] = [table.select(TREE_COLUMNS).to_pylist() for _, table in trees]
     assert len(tables["sidecar"]) == 2 and tables["sidecar"] == tables["in_process"]
 
 

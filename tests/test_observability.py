@@ -35,7 +35,7 @@ from thicket.show import MAX_TEXT_CHARS, load_tree, show_html
 from thicket.spec import parse_spec
 from thicket.search.tree import StopReason, Tree, backpropagate
 from thicket.storage.s3 import S3Store
-from thicket.storage.shards import write_shard
+from thicket.storage.shards import read_marker, read_shard, write_shard
 from thicket.storage.store import LocalStore, StorageSettings, StoreUnavailable
 from thicket.vllm_server import free_port
 
@@ -60,8 +60,10 @@ def uniform_spec(tmp_path: Path, latency_s: float = 0.0, **tasks: object) -> Pat
 
 
 def shard_rows(sweep: Path) -> dict[int, int]:
-    tables = (pq.read_table(p, columns=["task"]) for p in (sweep / "trees" / "data").glob("*.parquet"))
-    return {t.column("task")[0].as_py(): t.num_rows for t in tables}
+    """Rows per task in the sweep's data files (a file may hold several trees)."""
+    tasks = [t for p in (sweep / "trees" / "data").glob("*.parquet")
+             for t in pq.read_table(p, columns=["task"]).column("task").to_pylist()]
+    return {task: tasks.count(task) for task in sorted(set(tasks))}
 
 
 @pytest.fixture(scope="module")
@@ -317,7 +319,7 @@ def test_show_a_real_tree_from_the_cli(json_run, tmp_path):
     assert result.stdout.strip() == "wrote tree-task-2.html"
     page = (tmp_path / "tree-task-2.html").read_text()
     parsed = outline(page)
-    table = pq.read_table(next((sweep / "trees" / "data").glob("task-00000002.*.parquet")))
+    table = read_shard(LocalStore(sweep), read_marker(LocalStore(sweep), 2))
     assert parsed.parent == dict(enumerate(table.column("parent").to_pylist()))
     text = "".join(parsed.text)
     assert all(action in text for action in set(table.column("action").to_pylist()))

@@ -33,7 +33,7 @@ import yaml
 from thicket.cli import cli as thicket_cli
 from thicket.manifests import SPEC_DIR, render, to_yaml
 from thicket.spec import parse_spec
-from thicket.storage.shards import COMMITS, DATA, commit_key
+from thicket.storage.shards import COMMITS, DATA, CommitMarker, commit_key
 from thicket.vllm_server import free_port
 
 pytestmark = pytest.mark.vllm
@@ -236,7 +236,8 @@ def test_the_rendered_worker_container_runs_its_index_to_completion(vllm_server,
     markers = sorted(k[len(prefix):] for k in keys if k.startswith(prefix + COMMITS))
     assert markers == [commit_key(t) for t in expected]
     data = [k[len(prefix):] for k in keys if k.startswith(prefix + DATA)]
-    for task in expected:
-        assert len([k for k in data if k.startswith(f"{DATA}task-{task:08d}.")]) == 1, data
-    assert len(data) == len(expected)
+    assert len(data) == 1 and data[0].startswith(f"{DATA}batch-00000002-00000003."), data  # both trees, one file
+    got = [CommitMarker.from_json(s3_server.client().get_object(Bucket=bucket, Key=prefix + m)["Body"].read())
+           for m in markers]
+    assert [(m.task, m.data_key, m.row_start) for m in got] == [(2, data[0], 0), (3, data[0], got[0].rows)]
     print(f"worker ran {elapsed:.1f} s")

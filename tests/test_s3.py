@@ -20,7 +20,7 @@ from s3_server import Fault, FaultProxy, S3Server, free_port, use_endpoint
 
 from thicket.pull import pull_sweep
 from thicket.storage import s3
-from thicket.storage.shards import CommitStatus, committed_tasks, iter_shards, write_shard
+from thicket.storage.shards import CommitStatus, committed_tasks, iter_shards, write_shard, write_shards
 from thicket.storage.store import LocalStore, Store, StoreConfigError, StoreError, open_store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -325,3 +325,21 @@ def test_pull_refuses_a_corrupted_shard_loudly(sweep_on_s3, aws_env, tmp_path):
     assert "1 shard(s) failed verification" in line and marker.data_key in line
     assert not (dest / marker.data_key).exists() and not (dest / "trees/commits/task-00000003.json").exists()
     assert sorted(committed_tasks(LocalStore(dest))) == [0, 1, 2, 4]
+
+
+def test_batch_files_commit_on_s3_and_pull_once_with_all_their_markers(s3_server, aws_env, tmp_path):
+    uri = f"s3://{s3_server.make_bucket()}/sweeps/batched"
+    store = open_store(uri)
+    tables = {task: tiny_table(task, rows=20 + task) for task in range(6)}
+    assert write_shard(store, 1, tables[1], "single") is CommitStatus.COMMITTED
+    statuses = write_shards(store, [(t, tables[t]) for t in range(5)], "batch")
+    assert statuses == {t: CommitStatus.ALREADY_COMMITTED if t == 1 else CommitStatus.COMMITTED for t in range(5)}
+    assert write_shards(store, [(1, tables[1]), (2, tables[2])], "late") == {
+        1: CommitStatus.ALREADY_COMMITTED, 2: CommitStatus.ALREADY_COMMITTED}
+    assert len(list(store.list("trees/data/"))) == 2  # the late batch held no committed tree: deleted
+    dest = tmp_path / "local"
+    report = pull_sweep(uri, dest, progress=False)
+    assert report.copied == 2 and report.shards == 2  # two data files, five markers
+    pulled = [(ref.task, table.equals(tables[ref.task])) for ref, table in iter_shards(LocalStore(dest))]
+    assert pulled == [(t, True) for t in range(5)]
+    assert pull_sweep(uri, dest, progress=False).copied == 0

@@ -9,6 +9,8 @@ from typing import Any
 
 import yaml
 
+from thicket.aggregate.forest import EVALUATED
+
 W, H, PAD = 560, 220, 36
 
 
@@ -99,7 +101,9 @@ DESCRIPTIONS = {
     "cut was found.",
     "tokens": "Token-level RL rows, one per root-to-leaf trajectory with sampled ids: `prompt_ids`, "
     "`response_ids`, `loss_mask` (1 on sampled reply tokens), `rollout_logprobs`, `stop_reason`, `reward` "
-    "(the path's return), `group_id` (the task: a GRPO group), `trajectory_id`.",
+    "(the path's return), `group_id` (the task: a GRPO group), `trajectory_id`. Paths that the search's "
+    "budget, a timeout or an error cut short have reward 0 without an outcome: for outcome rewards keep the "
+    "rows whose `stop_reason` is one of " + ", ".join(EVALUATED) + ".",
 }
 
 

@@ -1,8 +1,8 @@
 """Committed trees, in batches of consecutive trees (forests), reading only the columns
 aggregation needs.
 
-The same checks as thicket.storage.shards.read_shard (SHA-256 and row count against what
-was committed). Bytes are fetched through the Store on a background thread; checks,
+The same checks as thicket.storage.shards.read_shard (SHA-256 and the tree's rows against
+what was committed). Bytes are fetched through the Store on a background thread; checks,
 Parquet decoding and a batch's concatenation (which mostly release the GIL) run on
 another (inline), or in the worker process that builds the batch's rows.
 Batches depend only on the committed shards (their row counts), so every run cuts the same ones.
@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from thicket.aggregate.forest import Forest, MalformedShard
 from thicket.errors import BadInput
-from thicket.storage.shards import ShardRef, mismatch
+from thicket.storage.shards import ShardRef, mismatch, tree_rows
 from thicket.storage.store import Store, StoreError
 
 COLUMNS = (
@@ -79,8 +79,11 @@ def fetch(store: Store, groups: list[list[ShardRef]], prefetch: int = 2) -> Iter
 
 
 def shards_of(store: Store, group: list[ShardRef]) -> list[Shard]:
-    """The group's shards' bytes, with the store's reads in flight together."""
-    return list(zip(group, store.get_many([ref.data_key for ref in group])))
+    """The group's trees' data files' bytes, with the store's reads in flight together (a
+    batch file once for all of its trees)."""
+    keys = list(dict.fromkeys(ref.data_key for ref in group))
+    files = dict(zip(keys, store.get_many(keys)))
+    return [(ref, files[ref.data_key]) for ref in group]
 
 
 def forests(store: Store, groups: list[list[ShardRef]], ahead: int = 2) -> Iterator[Forest]:
@@ -97,8 +100,13 @@ def forests(store: Store, groups: list[list[ShardRef]], ahead: int = 2) -> Itera
 
 
 def decode(shards: list[Shard]) -> Forest:
-    """The shards' trees, checked, as one forest."""
-    tables = [read(ref, data) for ref, data in shards]
+    """The shards' trees, checked, as one forest (each data file decoded once)."""
+    files: dict[str, pa.Table] = {}
+    tables = []
+    for ref, data in shards:
+        if ref.data_key not in files:
+            files[ref.data_key] = read(ref, data)
+        tables.append(tree_rows(files[ref.data_key], ref))
     try:
         return Forest.of(tables)
     except MalformedShard as err:
@@ -106,12 +114,10 @@ def decode(shards: list[Shard]) -> Forest:
 
 
 def read(ref: ShardRef, data: bytes) -> pa.Table:
+    """The columns aggregation reads of a committed tree's data file (all its trees)."""
     if wrong := mismatch(data, ref.sha256):
         raise StoreError(f"shard {ref.data_key} is corrupt: {wrong}")
-    shard = pq.ParquetFile(pa.BufferReader(data))
-    if shard.metadata.num_rows != ref.rows:
-        raise StoreError(f"shard {ref.data_key} has {shard.metadata.num_rows} rows, committed {ref.rows}")
     try:
-        return shard.read(columns=list(COLUMNS), use_threads=False)
+        return pq.ParquetFile(pa.BufferReader(data)).read(columns=list(COLUMNS), use_threads=False)
     except (KeyError, pa.ArrowInvalid) as err:
         raise BadInput(f"shard {ref.data_key}: {err}") from None

@@ -34,14 +34,16 @@ MEASURED_STATS = ("source_shards_sha256", "cached_token_share")
 
 def sweep_spec(tmp_path: Path, count: int = 6, **sections: dict[str, Any]) -> Path:
     """A small MCTS sweep on deterministic FrozenLake with the uniform policy (which solves
-    some tasks, so every dataset gets rows); `sections` replace or extend the defaults."""
+    some tasks, so every dataset gets rows); `sections` replace or extend the defaults.
+    Each finished tree is committed at once, in a data file of its own (trees_per_shard 1),
+    so that a fault injected after the first commit strikes mid-run."""
     spec: dict[str, Any] = {
         "name": NAME,
         "tasks": {"env": "frozenlake", "env_args": {"size": 4}, "start": 0, "stop": count, "per_index": count},
         "search": {"algorithm": "mcts", "iterations": 12, "expansions": 3, "max_depth": 10},
         "policy": {"kind": "uniform", "concurrency": 4},
         "output": str(tmp_path / "out"),
-        "run": {"trees_in_flight": 2, "progress": False},
+        "run": {"trees_in_flight": 2, "progress": False, "trees_per_shard": 1},
         "seed": 7,
     }
     for key, value in sections.items():

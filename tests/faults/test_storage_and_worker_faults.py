@@ -1,4 +1,5 @@
-"""Faults on the way to storage: the worker killed mid-shard, S3 down for 20 s, S3 throttling.
+"""Faults on the way to storage: the worker killed mid-shard, S3 down for 20 s, S3 throttling
+(with a data file per tree, and with several trees to a file).
 
 Each sweep is a real `thicket run` child process writing to a real S3 server process; after
 each fault: every task committed exactly once, and the trees and datasets are those of an
@@ -9,6 +10,10 @@ from __future__ import annotations
 
 import threading
 import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
 
 from tests.faults.harness import (
     NAME,
@@ -24,15 +29,22 @@ from tests.faults.harness import (
 )
 from tests.s3_server import Fault, use_endpoint
 from thicket.storage.shards import committed_task_ids, iter_shards
-from thicket.storage.store import open_store
+from thicket.storage.store import Store, open_store
 
 TASKS = list(range(6))
 
 
+def stored_tasks(store: Store) -> list[int]:
+    """The tasks whose trees some data file holds, committed or not."""
+    return sorted({t for key in store.list("trees/data/")
+                   for t in pq.read_table(pa.BufferReader(store.get(key)), columns=["task"]).column("task").to_pylist()})
+
+
+@pytest.mark.parametrize("trees_per_shard", [1, 3], ids=["a-file-per-tree", "three-trees-to-a-file"])
 def test_worker_killed_mid_shard_leaves_nothing_visible_and_a_rerun_completes(
-    tmp_path, s3_server, fault_proxy, aws_env
+    tmp_path, s3_server, fault_proxy, aws_env, trees_per_shard
 ):
-    spec = sweep_spec(tmp_path, policy={"latency_s": 0.01})
+    spec = sweep_spec(tmp_path, policy={"latency_s": 0.01}, run={"trees_per_shard": trees_per_shard})
     reference = undisturbed(tmp_path, spec)
     uri = f"s3://{s3_server.make_bucket()}/x/{NAME}"
     release = threading.Event()
@@ -50,9 +62,8 @@ def test_worker_killed_mid_shard_leaves_nothing_visible_and_a_rerun_completes(
         release.set()
         run.kill()
     store = open_store(uri)
-    data = [key for key in store.list("trees/data/")]
     committed = committed_task_ids(store)
-    assert len(data) > len(committed)  # a shard was half written...
+    assert set(stored_tasks(store)) > committed  # a shard was half written...
     assert {marker.task for marker, _ in iter_shards(store)} == committed  # ...and no reader sees it
     assert len(committed) < len(TASKS)
 
@@ -63,9 +74,10 @@ def test_worker_killed_mid_shard_leaves_nothing_visible_and_a_rerun_completes(
     assert (tree_fingerprint(uri), dataset_fingerprint(uri, aws_env)) == reference
 
 
-def test_s3_down_for_20_s_mid_upload_loses_nothing(tmp_path, persistent_s3, monkeypatch):
+@pytest.mark.parametrize("trees_per_shard", [1, 2], ids=["a-file-per-tree", "two-trees-to-a-file"])
+def test_s3_down_for_20_s_mid_upload_loses_nothing(tmp_path, persistent_s3, monkeypatch, trees_per_shard):
     aws = use_endpoint(monkeypatch, persistent_s3.endpoint)
-    spec = sweep_spec(tmp_path, policy={"latency_s": 0.01})
+    spec = sweep_spec(tmp_path, policy={"latency_s": 0.01}, run={"trees_per_shard": trees_per_shard})
     reference = undisturbed(tmp_path, spec)
     uri = f"s3://{persistent_s3.make_bucket()}/x/{NAME}"
 
