@@ -8,9 +8,10 @@ Readers only see committed tasks, so a half-written or losing shard is never see
 marker holds the data key, its SHA-256, the tree's rows and where they start in the file.
 A one-tree data key says the same, so a reader of many shards needs two listings and no
 marker reads, except for a task with more than one data object (see committed_shards);
-the markers of trees in batch files are read. A batch file decodes 5x faster per node
-and takes a tenth of the bytes of one file per tree (the fixed costs of a Parquet file:
-its footer, a reader per column chunk, the system prompt's dictionary). Earlier sweeps
+the markers of trees in batch files are read. On make demo's trees, 32 trees to a file
+took a quarter of the bytes of a file per tree, and 50 decoded 5x faster per node (the
+fixed costs of a Parquet file: its footer, a reader per column chunk, the system
+prompt's dictionary). Earlier sweeps
 named data task-00000042.<sha16>.parquet; their markers are read.
 """
 

@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from thicket.envs import make_env
@@ -117,8 +116,9 @@ def test_thicket_run_serves_a_local_model_folder_and_stops_it(vllm_server, tmp_p
     assert result.returncode == 0, result.stderr[-2000:]
     assert "tasks        2 (2 grown" in result.stdout
     assert "prefix cache" in result.stdout and "n/a" not in result.stdout
-    shards = list((tmp_path / "out" / "demo-textcraft-mcts" / "trees" / "data").glob("*.parquet"))
-    assert len(shards) == 2 and all(pq.read_table(s).num_rows > 1 for s in shards)
+    trees = list(iter_shards(open_store(str(tmp_path / "out" / "demo-textcraft-mcts"))))
+    assert [ref.task for ref, _ in trees] == [0, 1] and all(table.num_rows > 1 for _, table in trees)
+    assert len({ref.data_key for ref, _ in trees}) == 1  # both trees in one data file
     assert api_servers_of(model) == {vllm_server.pid}  # only the fixture's server is left
 
 

@@ -183,10 +183,11 @@ def test_a_run_through_slowdown_answers_completes(s3_server, fault_proxy: FaultP
 
 
 def slow_spec(tmp_path: Path, tasks: int, latency_s: float) -> Path:
-    """The demo with the uniform policy sleeping per request, and two trees at a time."""
+    """The demo with the uniform policy sleeping per request, two trees at a time, each
+    committed as soon as it is grown (a file per tree), so that faults strike mid-run."""
     text = (ROOT / DEMO).read_text().replace("kind: vllm", f"kind: uniform\n  latency_s: {latency_s}")
     spec = tmp_path / "slow.yaml"
-    spec.write_text(text.replace("stop: 6", f"stop: {tasks}") + "run:\n  trees_in_flight: 2\n")
+    spec.write_text(text.replace("stop: 6", f"stop: {tasks}") + "run:\n  trees_in_flight: 2\n  trees_per_shard: 1\n")
     return spec
 
 
