@@ -81,7 +81,7 @@ def main() -> None:
     nodes = sum(t.num_rows for t in tables)
     print(f"{len(tables)} trees, {nodes:,} nodes ({nodes / len(tables):.0f} a tree); CPU us per node, best of "
           f"{args.repeats}")
-    print(f"  {"encoding":<58}{'read':>7}{'write':>8}{'kB a file':>11}")
+    print(f"  {'encoding':<58}{'read':>7}{'write':>8}{'kB a file':>11}")
     for name, options in [("thicket's (to_parquet)", None), *ENCODINGS.items()]:
         written = best_of(args.repeats, lambda: encode(tables, options))
         files = encode(tables, options)

@@ -264,12 +264,17 @@ def read_shard(store: Store, marker: CommitMarker | ShardRef) -> pa.Table:
 
 def read_data(store: Store, marker: CommitMarker | ShardRef) -> pa.Table:
     """A committed tree's whole data file (other trees too, in a batch file), checksum verified."""
-    data = store.get(marker.data_key)
-    if wrong := mismatch(data, marker.sha256):
-        raise StoreError(f"shard {marker.data_key} is corrupt: {wrong}")
-    # One thread: a tree is small, and pyarrow 26's threaded read_table can abort the
-    # interpreter at exit ("terminate called without an active exception", apache/arrow#34314).
-    return pq.read_table(pa.BufferReader(data), use_threads=False)
+    return decode_data(marker, store.get(marker.data_key))
+
+
+def decode_data(ref: CommitMarker | ShardRef, data: bytes, columns: Sequence[str] | None = None) -> pa.Table:
+    """A data file's bytes, checked against the commit's SHA-256, as a table (these columns)."""
+    if wrong := mismatch(data, ref.sha256):
+        raise StoreError(f"shard {ref.data_key} is corrupt: {wrong}")
+    # One thread: a tree is small, and pyarrow 26's threaded reads can abort the interpreter
+    # at exit ("terminate called without an active exception", apache/arrow#34314).
+    columns = None if columns is None else list(columns)
+    return pq.ParquetFile(pa.BufferReader(data)).read(columns=columns, use_threads=False)
 
 
 def tree_rows(table: pa.Table, ref: CommitMarker | ShardRef) -> pa.Table:

@@ -15,12 +15,11 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from thicket.aggregate.forest import Forest, MalformedShard
 from thicket.errors import BadInput
-from thicket.storage.shards import ShardRef, mismatch, tree_rows
-from thicket.storage.store import Store, StoreError
+from thicket.storage.shards import ShardRef, decode_data, tree_rows
+from thicket.storage.store import Store
 
 COLUMNS = (
     "env",
@@ -115,9 +114,7 @@ def decode(shards: list[Shard]) -> Forest:
 
 def read(ref: ShardRef, data: bytes) -> pa.Table:
     """The columns aggregation reads of a committed tree's data file (all its trees)."""
-    if wrong := mismatch(data, ref.sha256):
-        raise StoreError(f"shard {ref.data_key} is corrupt: {wrong}")
     try:
-        return pq.ParquetFile(pa.BufferReader(data)).read(columns=list(COLUMNS), use_threads=False)
+        return decode_data(ref, data, COLUMNS)
     except (KeyError, pa.ArrowInvalid) as err:
         raise BadInput(f"shard {ref.data_key}: {err}") from None
