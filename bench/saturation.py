@@ -5,16 +5,21 @@ that does nothing but generate.
    requests allowed in flight, recording every request's shape (prompt ids, n,
    completion tokens).
 2. Replays them with a raw async client that only generates (/v1/completions on the same
-   prompt ids, ignore_eos, exactly the sweep's generated tokens): each sequence as its own
-   request, at C (or, with auto, at several levels); and the sweep's requests as n-sample
-   requests with their tokens spread evenly over the samples, at the sweep's level. The
-   ratio is against the best of these.
+   prompt ids, ignore_eos, exactly the sweep's generated tokens, no logprobs, no grammar, in
+   the sweep's order, on the worker's own lean HTTP client with bodies encoded ahead): the
+   sweep's requests as n-sample requests with their tokens spread evenly over the samples,
+   at the sweep's levels of requests in flight (and, with --raw-sequences, each sample as
+   its own request). The ratio is against the best of these.
 3. Replays the sweep's requests exactly as sent (chat template, action grammar, logprobs,
    seeds), not counted, which splits the ratio in two: the pipeline against its own
    requests (what the worker loses) x its requests against generate-only ones (what the
    request features cost the server).
-4. Prints generated tokens/s of all, the ratio, the prefix-cache hit rate, the mean
-   number of requests in flight, and where the worker's time went.
+4. Prints generated tokens/s of all, the ratio, the prefix-cache hit rate of each, the
+   mean number of requests in flight, and where the worker's time went.
+
+The sweep and every replay start from an empty prefix cache (vLLM's /reset_prefix_cache,
+served in dev mode), and a replay covers the whole sweep by default: a replay of the
+first requests only, on a cache the sweep warmed, measured another workload.
 
     .venv/bin/python bench/saturation.py [--concurrency auto|32] [--tasks 32]
     .venv/bin/python bench/saturation.py --url http://127.0.0.1:8000/v1 --model tiny --concurrency 256 --tasks 256
@@ -33,12 +38,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import orjson
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
 from thicket import commits, worker
 from thicket.policy.openai import OpenAIPolicy
 from thicket.runner import run_tasks
 from thicket.spec import parse_spec
+from thicket.transport import exchange_for
 from thicket.vllm_server import VLLMServer, prefix_cache_counters
 
 END_LOGIT = 3.6  # the tiny model's eos and newline: ~5% a token each
@@ -167,46 +174,83 @@ async def pipeline(url: str, model: str, algorithm: str, args: argparse.Namespac
 
 
 def completion(model: str, shape: Shape) -> tuple[str, dict]:
-    """A generate-only request: prompt ids in, exactly shape.max_tokens tokens per sample out."""
+    """A generate-only request: prompt ids in, exactly shape.max_tokens tokens per sample out,
+    nothing else asked for (no logprobs, no grammar)."""
     return "/completions", {"model": model, "prompt": shape.prompt_ids, "n": shape.n, "max_tokens": shape.max_tokens,
-                            "ignore_eos": True, "temperature": 1.0, "logprobs": 0}
+                            "ignore_eos": True, "temperature": 1.0}
 
 
 async def replay(url: str, requests: list[tuple[str, dict]], concurrency: int) -> tuple[float, int, float]:
-    """(seconds, generated tokens, mean in flight) for these (path, body) requests, C in flight."""
-    queue = list(reversed(requests))
+    """(seconds, generated tokens, mean in flight) for these (path, body) requests, C in flight.
+    On the worker's own HTTP client (thicket.transport: keep-alive connections, bodies encoded
+    before the clock starts): httpx's pool, at ToT's ~100 short requests a second, took most
+    of a core and starved the server of requests (the replay ran 3x slower than the sweep)."""
+    queue = [(path, orjson.dumps(body)) for path, body in reversed(requests)]
     generated = 0
     in_flight_area, last, in_flight = 0.0, time.perf_counter(), 0
-    limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+    exchange = exchange_for(url, timeout_s=600, max_connections=concurrency)
 
-        async def one(path: str, body: dict) -> None:
-            nonlocal generated, in_flight_area, last, in_flight
-            now = time.perf_counter()
-            in_flight_area += in_flight * (now - last)
-            last, in_flight = now, in_flight + 1
-            async for attempt in AsyncRetrying(retry=retry_if_exception_type(httpx.TransportError),
-                                               stop=stop_after_attempt(3), reraise=True):
-                with attempt:  # a keep-alive connection the server closed as it was reused
-                    response = await client.post(f"{url}{path}", json=body)
-            response.raise_for_status()
-            generated += response.json()["usage"]["completion_tokens"]
-            now = time.perf_counter()
-            in_flight_area += in_flight * (now - last)
-            last, in_flight = now, in_flight - 1
+    async def one(path: str, content: bytes) -> None:
+        nonlocal generated, in_flight_area, last, in_flight
+        now = time.perf_counter()
+        in_flight_area += in_flight * (now - last)
+        last, in_flight = now, in_flight + 1
+        async for attempt in AsyncRetrying(retry=retry_if_exception_type(httpx.TransportError),
+                                           stop=stop_after_attempt(3), reraise=True):
+            with attempt:  # a keep-alive connection the server closed as it was reused
+                answer = await exchange("POST", path, content)
+        if answer.status != 200:
+            raise SystemExit(f"{url}{path} answered {answer.status}: {answer.text[:300]}")
+        generated += orjson.loads(answer.content)["usage"]["completion_tokens"]
+        now = time.perf_counter()
+        in_flight_area += in_flight * (now - last)
+        last, in_flight = now, in_flight - 1
 
-        async def worker() -> None:
-            while queue:
-                await one(*queue.pop())
+    async def worker() -> None:
+        while queue:
+            await one(*queue.pop())
 
+    try:
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         seconds = time.perf_counter() - started
+    finally:
+        await exchange.aclose()
     return seconds, generated, in_flight_area / seconds
 
 
-def raw_replay(url: str, model: str, shapes: list[Shape], concurrency: int):
-    return replay(url, [completion(model, shape) for shape in shapes], concurrency)
+@dataclass(frozen=True)
+class Replay:
+    seconds: float
+    tokens: int
+    in_flight: float  # mean requests in flight
+    cache: float | None  # share of prompt tokens from the prefix cache (vLLM's /metrics)
+
+
+async def window(url: str, requests: list[tuple[str, dict]], concurrency: int) -> Replay:
+    """A replay of these requests from an empty prefix cache, its hit rate from /metrics."""
+    await reset_prefix_cache(url)
+    before = await prefix_cache_counters(url)
+    seconds, tokens, in_flight = await replay(url, requests, concurrency)
+    after = await prefix_cache_counters(url)
+    cache = (after[0] - before[0]) / max(after[1] - before[1], 1) if before and after else None
+    return Replay(seconds, tokens, in_flight, cache)
+
+
+_NO_RESET: list[str] = []
+
+
+async def reset_prefix_cache(url: str) -> None:
+    """Empty vLLM's prefix cache (POST /reset_prefix_cache, served with VLLM_SERVER_DEV_MODE=1),
+    so that each run starts cold as the sweep did; says once if the server refuses."""
+    root = url.rstrip("/").removesuffix("/v1")
+    async with httpx.AsyncClient(timeout=60) as client:
+        response = await client.post(f"{root}/reset_prefix_cache")
+    ok = response.status_code == 200 and response.json().get("success", False)
+    if not ok and not _NO_RESET:
+        _NO_RESET.append(url)
+        print(f"  (cannot reset the prefix cache at {root} (HTTP {response.status_code}; serve vLLM with "
+              "VLLM_SERVER_DEV_MODE=1): replays reuse what the sweep cached)")
 
 
 async def measure(url: str, model: str, args: argparse.Namespace) -> None:
@@ -219,34 +263,30 @@ async def measure(url: str, model: str, args: argparse.Namespace) -> None:
 
 
 async def one_round(url: str, model: str, algorithm: str, args: argparse.Namespace, seed: int) -> float:
-    """A sweep with this seed, then its replays; returns the ratio."""
-    hits0 = await prefix_cache_counters(url)
+    """A sweep with this seed, then its replays, each from an empty prefix cache; returns the ratio."""
+    await reset_prefix_cache(url)
     p = await pipeline(url, model, algorithm, args, seed)
-    sequences = p["shapes"][: args.raw_limit] if args.raw_limit else p["shapes"]
-    count = max(1, len(sequences) * p["requests"] // max(len(p["shapes"]), 1))  # requests holding them
+    sent = p["sent"][: args.raw_limit] if args.raw_limit else p["sent"]
     sweep_levels = sorted({p["limit"], max(1, round(p["mean_in_flight"]))})
-    # The raw client's best, generating exactly the sweep's tokens: with a number C, as many
-    # sequences in flight as the sweep's C requests of n samples each; with auto, each of
-    # --raw-sequences; and the sweep's requests as n-sample requests with its tokens spread
-    # evenly over the samples, at the sweep's levels.
-    per_request = len(p["shapes"]) / max(p["requests"], 1)
-    levels = args.raw_sequences if args.concurrency == "auto" else [max(1, round(args.concurrency * per_request))]
-    raw = {f"{c} single-sequence requests": await raw_replay(url, model, sequences, c) for c in levels}
-    for c in sweep_levels:
-        raw[f"{c} n-sample requests, the sweep's tokens"] = await raw_replay(
-            url, model, [sent.evened() for sent in p["sent"][:count]], c)
+    # The raw client's best, generating exactly the sweep's tokens in the sweep's order (so its
+    # prefix-cache hits follow the sweep's): its requests as n-sample requests with their tokens
+    # spread evenly over the samples, at the sweep's levels; with --raw-sequences, also every
+    # sample as its own request at those levels of sequences in flight.
+    raw = {f"{c} n-sample requests, the sweep's tokens": await window(url, [completion(model, x.evened()) for x in sent], c)
+           for c in sweep_levels}
+    sequences = [shape for x in sent for shape in x.sequences()]
+    for c in args.raw_sequences:
+        raw[f"{c} single-sequence requests"] = await window(url, [completion(model, s) for s in sequences], c)
     # Not counted, to see where the rest goes: the sweep's own requests exactly as sent (chat,
     # grammar, logprobs, seeds) without the worker; and, with --padded, every sample as long
     # as its request's longest (more tokens per prefill than the sweep generated).
-    as_sent = {f"{c} of the sweep's requests as sent":
-               await replay(url, [sent.as_chat() for sent in p["sent"][:count]], c)
-               for c in sweep_levels}
+    as_sent_at = {c: await window(url, [x.as_chat() for x in sent], c) for c in sweep_levels}
+    as_sent = {f"{c} of the sweep's requests as sent": r for c, r in as_sent_at.items()}
+    c = max(as_sent_at, key=lambda level: as_sent_at[level].tokens / as_sent_at[level].seconds)  # the rest at its best level
     padded = {f"{c} n-sample requests, padded to the longest":
-              await raw_replay(url, model, [sent.padded() for sent in p["sent"][:count]], c)
-              for c in (sweep_levels if args.padded else [])}
+              await window(url, [completion(model, x.padded()) for x in sent], c)} if args.padded else {}
     features = {}
     if args.features:  # the same requests with one feature after another taken off
-        c, sent = sweep_levels[-1], p["sent"][:count]
         variants = {
             "as sent, chat without logprobs": [x.as_chat(logprobs=False) for x in sent],
             "as /completions on prompt ids, logprobs 0": [x.as_completion() for x in sent],
@@ -255,39 +295,38 @@ async def one_round(url: str, model: str, algorithm: str, args: argparse.Namespa
             "as /completions on prompt ids, logprobs 0, no grammar, no seed":
                 [x.as_completion(grammar=False, seed=False) for x in sent],
         }
-        features = {f"{c} of the sweep's requests {label}": await replay(url, requests, c)
+        features = {f"{c} of the sweep's requests {label}": await window(url, requests, c)
                     for label, requests in variants.items()}
-    hits1 = await prefix_cache_counters(url)
-    return report(f"{algorithm}, seed {seed}", p, raw, as_sent, padded | features, (hits0, hits1))
+    return report(f"{algorithm}, seed {seed}", p, raw, as_sent, padded | features)
 
 
-def report(algorithm: str, p: dict, raw: dict, as_sent: dict, others: dict, hits: tuple) -> float:
+def report(algorithm: str, p: dict, raw: dict[str, Replay], as_sent: dict[str, Replay], others: dict[str, Replay]) -> float:
     """`raw`: the generate-only replays (the ratio's baseline); `as_sent` (the split's middle
     term) and `others` (--padded, --features): shown, not counted."""
     pipe_tps = p["generated"] / p["wall"]
-    raw_tps = max(tokens / seconds for seconds, tokens, _ in raw.values())
-    as_sent_tps = max(tokens / seconds for seconds, tokens, _ in as_sent.values())
+    raw_tps = max(r.tokens / r.seconds for r in raw.values())
+    as_sent_tps = max(r.tokens / r.seconds for r in as_sent.values())
     shown = as_sent | others
     prompt_lens = [len(s.prompt_ids) for s in p["shapes"]]
     print(f"\n[{algorithm}] {p['requests']} requests, {len(p['shapes'])} sequences, prompt {statistics.mean(prompt_lens):.0f} tokens mean, "
           f"{p['generated']} generated tokens")
     print(f"  pipeline   {pipe_tps:10,.0f} tok/s  ({p['wall']:.1f} s, mean in flight {p['mean_in_flight']:.1f} "
-          f"requests, limit at the end {p['limit']})")
-    for level, (raw_s, raw_tokens, raw_in_flight) in (raw | shown).items():
-        print(f"  raw client {raw_tokens / raw_s:10,.0f} tok/s  ({raw_tokens} tokens in {raw_s:.1f} s, {level}, "
-              f"mean in flight {raw_in_flight:.1f}){' (not counted)' if level in shown else ''}")
+          f"requests, limit at the end {p['limit']}, prefix cache {_rate(p['cache'])})")
+    for level, r in (raw | shown).items():
+        print(f"  raw client {r.tokens / r.seconds:10,.0f} tok/s  ({r.tokens} tokens in {r.seconds:.1f} s, {level}, "
+              f"mean in flight {r.in_flight:.1f}, prefix cache {_rate(r.cache)}){' (not counted)' if level in shown else ''}")
     print(f"  ratio      {pipe_tps / raw_tps:10.2f}  against the raw client's best (goal >= 0.90)")
     print(f"    = {pipe_tps / as_sent_tps:.2f} (the pipeline against its own requests replayed as sent: the worker's share)"
           f" x {as_sent_tps / raw_tps:.2f} (those requests against generate-only ones: the cost of chat, grammar, logprobs, seeds)")
-    print(f"  pipeline prefix-cache hit rate {p['cache']:.1%}" if p["cache"] is not None else "  no cache counters")
-    (hits0, hits1) = hits
-    if hits0 and hits1:
-        print(f"  (sweep + replay together: {(hits1[0] - hits0[0]) / max(hits1[1] - hits0[1], 1):.1%})")
     busy = p["cpu"]
     print(f"  worker time: wall {p['wall']:.1f} s, worker CPU {busy:.1f} s; waiting on the LLM "
           f"~{max(p['wall'] - busy, 0):.1f} s; shard commits {p['commit']:.2f} s of wall time, summed "
           "(background threads, off the search's path)")
     return pipe_tps / raw_tps
+
+
+def _rate(share: float | None) -> str:
+    return "n/a" if share is None else f"{share:.1%}"
 
 
 def main() -> None:
@@ -296,9 +335,12 @@ def main() -> None:
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--concurrency", type=lambda v: v if v == "auto" else int(v), default="auto",
                         help="requests in flight, or auto (tuned from the server's load)")
-    parser.add_argument("--raw-sequences", type=lambda v: [int(c) for c in v.split(",")], default=[32, 64, 128],
-                        help="with auto: the raw client's levels of sequences in flight, e.g. 32,64,128 (the best counts)")
-    parser.add_argument("--raw-limit", type=int, default=3000, help="replay at most this many of the sequences (0: all)")
+    parser.add_argument("--raw-sequences", type=lambda v: [int(c) for c in v.split(",")], default=[],
+                        help="also replay every sample as its own request at these levels of sequences in flight, "
+                             "e.g. 32,64,128 (counted: the best raw replay is the baseline)")
+    parser.add_argument("--raw-limit", type=int, default=0,
+                        help="replay only the sweep's first N requests (default 0: all of them, so that a replay "
+                             "lasts about as long as the sweep and sees the same drift of the machine's speed)")
     parser.add_argument("--tasks", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=1,
                         help="sweeps (seeds 0, 1, ...) each followed by its replays; prints the median ratio")
@@ -327,7 +369,8 @@ def main() -> None:
 
         tiny = Path(tmp) / "tiny"
         folder = Path(args.model_dir) if args.model_dir else build_tiny_model(tiny, end_logit=args.end_logit)
-        with VLLMServer(folder, served_name="tiny") as server:
+        # dev mode serves /reset_prefix_cache: every run and replay starts from an empty cache
+        with VLLMServer(folder, served_name="tiny", env={"VLLM_SERVER_DEV_MODE": "1"}) as server:
             asyncio.run(measure(server.url, server.served_name, args))
 
 
