@@ -246,11 +246,13 @@ async def reset_prefix_cache(url: str) -> None:
     root = url.rstrip("/").removesuffix("/v1")
     async with httpx.AsyncClient(timeout=60) as client:
         response = await client.post(f"{root}/reset_prefix_cache")
-    ok = response.status_code == 200 and response.json().get("success", False)
-    if not ok and not _NO_RESET:
+    if response.status_code == 200 and response.json().get("success", False):
+        return
+    why = ("it refused: blocks still held" if response.status_code == 200
+           else f"HTTP {response.status_code}; serve vLLM with VLLM_SERVER_DEV_MODE=1")
+    if not _NO_RESET:
         _NO_RESET.append(url)
-        print(f"  (cannot reset the prefix cache at {root} (HTTP {response.status_code}; serve vLLM with "
-              "VLLM_SERVER_DEV_MODE=1): replays reuse what the sweep cached)")
+        print(f"  (cannot reset the prefix cache at {root} ({why}): replays reuse what the sweep cached)")
 
 
 async def measure(url: str, model: str, args: argparse.Namespace) -> None:
