@@ -129,4 +129,6 @@ async def test_auto_concurrency_climbs_from_the_real_servers_load(vllm_server, t
     assert spec.policy.concurrency == "auto"
     summary = await run_tasks(spec, list(range(48)), progress=False)
     assert len(summary.report.grown) == 48
-    assert summary.mean_in_flight > AUTO_FIRST  # the tuner raised the first limit
+    # the tuner raised its first limit from the server's gauges (the mean in flight also counts
+    # the ramp and the drain: on a fast machine the sweep ended before it passed the first limit)
+    assert summary.in_flight_limit > AUTO_FIRST
