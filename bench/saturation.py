@@ -46,7 +46,7 @@ from thicket.policy.openai import OpenAIPolicy
 from thicket.runner import run_tasks
 from thicket.spec import parse_spec
 from thicket.transport import exchange_for
-from thicket.vllm_server import VLLMServer, prefix_cache_counters
+from thicket.vllm_server import VLLMServer, prefix_cache_counters, server_root
 
 END_LOGIT = 3.6  # the tiny model's eos and newline: ~5% a token each
 
@@ -226,6 +226,10 @@ class Replay:
     in_flight: float  # mean requests in flight
     cache: float | None  # share of prompt tokens from the prefix cache (vLLM's /metrics)
 
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds
+
 
 async def window(url: str, requests: list[tuple[str, dict]], concurrency: int) -> Replay:
     """A replay of these requests from an empty prefix cache, its hit rate from /metrics."""
@@ -237,21 +241,25 @@ async def window(url: str, requests: list[tuple[str, dict]], concurrency: int) -
     return Replay(seconds, tokens, in_flight, cache)
 
 
-_NO_RESET: list[str] = []
+_reset_refused = False  # said once
 
 
 async def reset_prefix_cache(url: str) -> None:
     """Empty vLLM's prefix cache (POST /reset_prefix_cache, served with VLLM_SERVER_DEV_MODE=1),
     so that each run starts cold as the sweep did; says once if the server refuses."""
-    root = url.rstrip("/").removesuffix("/v1")
-    async with httpx.AsyncClient(timeout=60) as client:
-        response = await client.post(f"{root}/reset_prefix_cache")
-    if response.status_code == 200 and response.json().get("success", False):
+    global _reset_refused
+    root = server_root(url)
+    exchange = exchange_for(root, timeout_s=60, max_connections=1)
+    try:
+        answer = await exchange("POST", "/reset_prefix_cache")
+    finally:
+        await exchange.aclose()
+    if answer.status == 200 and orjson.loads(answer.content).get("success", False):
         return
-    why = ("it refused: blocks still held" if response.status_code == 200
-           else f"HTTP {response.status_code}; serve vLLM with VLLM_SERVER_DEV_MODE=1")
-    if not _NO_RESET:
-        _NO_RESET.append(url)
+    why = ("it refused: blocks still held" if answer.status == 200
+           else f"HTTP {answer.status}; serve vLLM with VLLM_SERVER_DEV_MODE=1")
+    if not _reset_refused:
+        _reset_refused = True
         print(f"  (cannot reset the prefix cache at {root} ({why}): replays reuse what the sweep cached)")
 
 
@@ -284,7 +292,7 @@ async def one_round(url: str, model: str, algorithm: str, args: argparse.Namespa
     # as its request's longest (more tokens per prefill than the sweep generated).
     as_sent_at = {c: await window(url, [x.as_chat() for x in sent], c) for c in sweep_levels}
     as_sent = {f"{c} of the sweep's requests as sent": r for c, r in as_sent_at.items()}
-    c = max(as_sent_at, key=lambda level: as_sent_at[level].tokens / as_sent_at[level].seconds)  # the rest at its best level
+    c = max(as_sent_at, key=lambda level: as_sent_at[level].tokens_per_s)  # the rest at its best level
     padded = {f"{c} n-sample requests, padded to the longest":
               await window(url, [completion(model, x.padded()) for x in sent], c)} if args.padded else {}
     features = {}
@@ -306,8 +314,8 @@ def report(algorithm: str, p: dict, raw: dict[str, Replay], as_sent: dict[str, R
     """`raw`: the generate-only replays (the ratio's baseline); `as_sent` (the split's middle
     term) and `others` (--padded, --features): shown, not counted."""
     pipe_tps = p["generated"] / p["wall"]
-    raw_tps = max(r.tokens / r.seconds for r in raw.values())
-    as_sent_tps = max(r.tokens / r.seconds for r in as_sent.values())
+    raw_tps = max(r.tokens_per_s for r in raw.values())
+    as_sent_tps = max(r.tokens_per_s for r in as_sent.values())
     shown = as_sent | others
     prompt_lens = [len(s.prompt_ids) for s in p["shapes"]]
     print(f"\n[{algorithm}] {p['requests']} requests, {len(p['shapes'])} sequences, prompt {statistics.mean(prompt_lens):.0f} tokens mean, "
@@ -315,7 +323,7 @@ def report(algorithm: str, p: dict, raw: dict[str, Replay], as_sent: dict[str, R
     print(f"  pipeline   {pipe_tps:10,.0f} tok/s  ({p['wall']:.1f} s, mean in flight {p['mean_in_flight']:.1f} "
           f"requests, limit at the end {p['limit']}, prefix cache {_rate(p['cache'])})")
     for level, r in (raw | shown).items():
-        print(f"  raw client {r.tokens / r.seconds:10,.0f} tok/s  ({r.tokens} tokens in {r.seconds:.1f} s, {level}, "
+        print(f"  raw client {r.tokens_per_s:10,.0f} tok/s  ({r.tokens} tokens in {r.seconds:.1f} s, {level}, "
               f"mean in flight {r.in_flight:.1f}, prefix cache {_rate(r.cache)}){' (not counted)' if level in shown else ''}")
     print(f"  ratio      {pipe_tps / raw_tps:10.2f}  against the raw client's best (goal >= 0.90)")
     print(f"    = {pipe_tps / as_sent_tps:.2f} (the pipeline against its own requests replayed as sent: the worker's share)"

@@ -249,9 +249,14 @@ def parse_prefix_cache_counters(metrics_text: str) -> tuple[float, float] | None
     return totals["hits"], totals["queries"]
 
 
+def server_root(base_url: str) -> str:
+    """The server's own root for an OpenAI API root like http://host:8000/v1."""
+    return base_url.rstrip("/").removesuffix("/v1")
+
+
 def metrics_url(base_url: str) -> str:
     """vLLM's Prometheus endpoint for an API root like http://host:8000/v1."""
-    return base_url.rstrip("/").removesuffix("/v1") + "/metrics"
+    return server_root(base_url) + "/metrics"
 
 
 async def prefix_cache_counters(base_url: str, timeout_s: float = 10.0) -> tuple[float, float] | None:
