@@ -267,14 +267,21 @@ def read_data(store: Store, marker: CommitMarker | ShardRef) -> pa.Table:
     return decode_data(marker, store.get(marker.data_key))
 
 
-def decode_data(ref: CommitMarker | ShardRef, data: bytes, columns: Sequence[str] | None = None) -> pa.Table:
-    """A data file's bytes, checked against the commit's SHA-256, as a table (these columns)."""
+def decode_data(
+    ref: CommitMarker | ShardRef,
+    data: bytes,
+    columns: Sequence[str] | None = None,
+    dictionaries: Sequence[str] = (),
+) -> pa.Table:
+    """A data file's bytes, checked against the commit's SHA-256, as a table (these columns;
+    `dictionaries` of them as Arrow dictionary arrays, their repeated values kept once)."""
     if wrong := mismatch(data, ref.sha256):
         raise StoreError(f"shard {ref.data_key} is corrupt: {wrong}")
     # One thread: a tree is small, and pyarrow 26's threaded reads can abort the interpreter
     # at exit ("terminate called without an active exception", apache/arrow#34314).
     columns = None if columns is None else list(columns)
-    return pq.ParquetFile(pa.BufferReader(data)).read(columns=columns, use_threads=False)
+    file = pq.ParquetFile(pa.BufferReader(data), read_dictionary=list(dictionaries) or None)
+    return file.read(columns=columns, use_threads=False)
 
 
 def tree_rows(table: pa.Table, ref: CommitMarker | ShardRef) -> pa.Table:

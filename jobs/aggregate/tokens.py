@@ -141,13 +141,16 @@ def _build(
 
 
 def _prompts(forest: Forest, c: _Columns, trees: np.ndarray) -> pa.ListArray:
-    """ctx(root) of each of `trees`: its root's suffix ids (copied a row of a padded grid at a time)."""
+    """ctx(root) of each of `trees`: its root's suffix ids, copied to each run of rows of
+    one tree at once (rows come tree by tree, so a forest's runs are its trees)."""
     roots = forest.roots
-    lengths = np.diff(c.suf_off)[roots]
-    inside = np.arange(int(lengths.max(initial=0)))[None, :] < lengths[:, None]
-    grid = np.zeros(inside.shape, dtype=np.int32)
-    grid[inside] = c.suf[ranges(c.suf_off[roots], lengths)]
-    values = grid[trees][inside[trees]] if not inside.all() else grid[trees].ravel()
-    offsets = np.zeros(len(trees) + 1, dtype=np.int32)
-    np.cumsum(lengths[trees], out=offsets[1:])
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+    lengths = np.diff(c.suf_off)[roots][trees]
+    offsets = np.zeros(len(trees) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    values = np.empty(offsets[-1], dtype=np.int32)
+    runs = np.flatnonzero(np.diff(trees)) + 1
+    for first, end in zip(np.r_[0, runs].tolist(), np.r_[runs, len(trees)].tolist()):
+        start = c.suf_off[roots[trees[first]]]
+        prompt = c.suf[start : start + lengths[first]]
+        values[offsets[first] : offsets[end]].reshape(end - first, len(prompt))[:] = prompt
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values))
