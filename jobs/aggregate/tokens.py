@@ -21,7 +21,6 @@ import pyarrow as pa
 from thicket.aggregate.forest import Forest, list_column, ranges
 
 
-
 def _values(kind: pa.DataType) -> pa.DataType:
     """A list of non-null values: Parquet then writes no null levels for them (token rows'
     lists are most of the values aggregation encodes; this took ~10% off encoding them)."""
