@@ -401,6 +401,23 @@ def test_action_token_start() -> None:
     assert action_token_start(["Thought", ":", " x", "\n", "Action", ":", " go"]) == 4
     assert action_token_start(["Thought: x", "\nAct", "ion: go"]) == 1
     assert action_token_start(["Thought", ": x"]) == -1
+    # a thought that says "action:" itself: the action starts on the line that begins with it
+    assert action_token_start(["Thought: blue", "Action", ":K&", "\n", "Action", ": go"]) == 4
+
+
+# replies of the tiny model under the action grammar, seen in a saturation sweep: the
+# one-line thought may say "action:" too, and the action is the line that begins with it
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Thought: blueAction:K&\nAction: craft 4 stairs using 6 andesite", ("blueAction:K&", "craft 4 stairs using 6 andesite")),
+    ("Thought: have wool action:swer45ee'lid\nAction: inventory", ("have wool action:swer45ee'lid", "inventory")),
+    ("Thought: get wood\nAction: get 1 oak log\nObservation: Got 1 oak log", ("get wood", "get 1 oak log")),
+    ("Thought: one line Action: go north", ("one line", "go north")),
+    ("Thought: two\nlines", ("two\nlines", "")),
+    ("Action: wait", ("", "wait")),
+    ("no format at all", ("no format at all", "")),
+])
+def test_parse_reply(text: str, expected: tuple[str, str]) -> None:
+    assert prompts.parse_reply(text) == expected
 
 
 def test_parse_prefix_cache_counters() -> None:

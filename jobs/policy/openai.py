@@ -41,7 +41,6 @@ from thicket.unreachable import nobody_listens
 log = logging.getLogger("thicket.policy")
 
 THINK_STOP = ("\nAction", "Action:")
-_ACTION_MARK = re.compile(r"Action\s*:", re.IGNORECASE)
 _CONTEXT_ERROR = re.compile(r"maximum context length|context_length_exceeded", re.IGNORECASE)
 _CONNECTION_ERRORS = (
     httpx.ConnectError,
@@ -148,8 +147,8 @@ def _token_at(tokens: list[str], char_pos: int) -> int:
 
 
 def action_token_start(tokens: list[str]) -> int:
-    """The first token that reaches "Action:" in the decoded tokens; -1 if none does."""
-    match = _ACTION_MARK.search("".join(tokens))
+    """The token that reaches the reply's action mark (prompts.action_mark); -1 if none does."""
+    match = prompts.action_mark("".join(tokens))
     return _token_at(tokens, match.start()) if match else -1
 
 

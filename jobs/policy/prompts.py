@@ -17,8 +17,9 @@ REACT_FORMAT = (
     "Action: <one action>"
 )
 
-_ACTION = re.compile(r"Action\s*:\s*(.*)", re.IGNORECASE)
-_THOUGHT = re.compile(r"Thought\s*:\s*(.*?)(?:\n\s*Action\s*:|$)", re.IGNORECASE | re.DOTALL)
+_ACTION_LINE = re.compile(r"^[ \t]*Action\s*:\s*(.*)", re.IGNORECASE | re.MULTILINE)
+_ACTION_ANYWHERE = re.compile(r"Action\s*:\s*(.*)", re.IGNORECASE)
+_THOUGHT = re.compile(r"Thought\s*:\s*", re.IGNORECASE)
 
 
 def system_message(instructions: str) -> dict[str, str]:
@@ -41,16 +42,22 @@ def thought_prefix(thought: str) -> str:
     return f"Thought: {thought}\nAction: "
 
 
+def action_mark(text: str) -> re.Match[str] | None:
+    """Where a reply's action starts: its first line that begins with "Action:", else (a
+    one-line reply) its first "Action:". A thought may itself say "...action: x" (a random
+    model does, and the grammar's one-line thought allows it); that is not the action."""
+    return _ACTION_LINE.search(text) or _ACTION_ANYWHERE.search(text)
+
+
 def parse_reply(text: str) -> tuple[str, str]:
-    """(thought, action) from a reply. The action is the first line after `Action:`;
-    a reply without one yields the empty action, which envs reject as invalid."""
-    action_match = _ACTION.search(text)
-    action = action_match.group(1).strip().splitlines()[0].strip() if action_match and action_match.group(1).strip() else ""
-    thought_match = _THOUGHT.search(text)
-    thought = thought_match.group(1).strip() if thought_match else text.strip()
-    if not action_match and not thought_match:
-        thought = text.strip()
-    return thought, action
+    """(thought, action) from a reply. The action is the rest of the line after the action
+    mark; the thought is what precedes the mark, after `Thought:` if the reply has one. A
+    reply without an action mark yields the empty action, which envs reject as invalid."""
+    mark = action_mark(text)
+    action = mark.group(1).strip().splitlines()[0].strip() if mark and mark.group(1).strip() else ""
+    head = text[: mark.start()] if mark else text
+    thought = _THOUGHT.search(head)
+    return (head[thought.end():] if thought else head).strip(), action
 
 
 def thought_regex(max_thought_chars: int) -> str:
