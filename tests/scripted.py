@@ -65,12 +65,8 @@ class CyclingPolicy(Policy):
         assert valid_actions
         return [reply(f"option {i}", valid_actions[i % len(valid_actions)], seed + i) for i in range(n)]
 
-    async def think(self, messages: Messages, n: int, *, seed: int, temperature=None) -> list[Reply]:
-        return [Reply(text="", thought=f"idea {i}", action="", seed=seed + i) for i in range(n)]
-
     async def act(self, messages: Messages, thought: Reply, *, valid_actions, seed: int, temperature=None) -> Reply:
-        i = int(thought.thought.split()[-1])
-        return reply(thought.thought, valid_actions[i % len(valid_actions)], seed)
+        raise AssertionError("propose's replies are whole turns: act() is not needed")
 
 
 class RepeatingPolicy(CyclingPolicy):

@@ -450,9 +450,6 @@ class TokenizingPolicy(Policy):
                              logprobs=[-0.5 - i] * len(ids), prompt_token_ids=prompt, seed=seed + i))
         return out
 
-    async def think(self, messages, n, *, seed, temperature=None):
-        raise NotImplementedError
-
     async def act(self, messages, thought, *, valid_actions, seed, temperature=None):
         raise NotImplementedError
 

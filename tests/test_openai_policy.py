@@ -124,32 +124,21 @@ async def test_unbounded_thoughts_still_end_in_valid_actions(vllm_server: VLLMSe
 
 
 @pytest.mark.vllm
-async def test_think_then_act(vllm_server: VLLMServer) -> None:
+async def test_act_completes_a_thought_with_one_action(vllm_server: VLLMServer) -> None:
+    """act() is how propose completes a constrained reply that its budget cut before the action."""
+    thought = Reply(text="Thought: get wood", thought="get wood", action="", token_ids=[11, 12], logprobs=[-1.0, -2.0])
     async with started(served(vllm_server, constrain_actions=True)) as policy:
-        thoughts = await policy.think(TASK, 3, seed=50, temperature=1.0)
-        turns = [await policy.act(TASK, t, valid_actions=VALID, seed=60 + i) for i, t in enumerate(thoughts)]
-    assert len(thoughts) == 3
-    for thought, turn in zip(thoughts, turns, strict=True):
-        assert thought.action == "" and "\n" not in thought.thought
-        assert len(thought.logprobs) == len(thought.token_ids)
-        assert turn.action in VALID and turn.constrained
-        assert turn.text == prompts.turn(thought.thought, turn.action)
-        assert prompts.parse_reply(turn.text) == (thought.thought, turn.action)
-        assert turn.token_ids[: len(thought.token_ids)] == thought.token_ids
-        assert turn.action_token_start == len(thought.token_ids) < len(turn.token_ids)
-        assert len(turn.logprobs) == len(turn.token_ids)
-
-
-@pytest.mark.vllm
-async def test_free_think_stops_before_action_and_act_is_one_line(vllm_server: VLLMServer) -> None:
+        turns = [await policy.act(TASK, thought, valid_actions=VALID, seed=60 + i, temperature=1.0) for i in range(3)]
     async with started(served(vllm_server)) as policy:
-        thoughts = await policy.think(TASK, 4, seed=70, temperature=1.0)
-        turn = await policy.act(TASK, thoughts[0], valid_actions=VALID, seed=80)
-    for thought in thoughts:
-        assert "Action:" not in thought.thought and thought.action == ""
-        assert len(thought.logprobs) == len(thought.token_ids)
-    assert "\n" not in turn.action and not turn.constrained
-    assert turn.action_token_start == len(thoughts[0].token_ids)
+        free = await policy.act(TASK, thought, valid_actions=VALID, seed=80, temperature=1.0)
+    for turn in turns:
+        assert turn.action in VALID and turn.constrained
+        assert turn.text == prompts.turn("get wood", turn.action)
+        assert prompts.parse_reply(turn.text) == ("get wood", turn.action)
+        assert turn.token_ids[:2] == [11, 12] and turn.action_token_start == 2 < len(turn.token_ids)
+        assert len(turn.logprobs) == len(turn.token_ids)
+    assert "\n" not in free.action and not free.constrained
+    assert free.action_token_start == 2 and free.logprobs[:2] == [-1.0, -2.0]
 
 
 @pytest.mark.vllm
@@ -178,14 +167,12 @@ async def test_context_overflow_drops_the_oldest_exchange(vllm_server: VLLMServe
     history = prompts.extend(history, "Thought: ok\nAction: inventory", prompts.observation_message("ok", None, False))
     async with started(served(vllm_server)) as policy:
         [reply] = await policy.propose(history, 1, valid_actions=VALID, seed=3)
-        [thought] = await policy.think(history, 1, seed=3)
         too_long = [TASK[0], {"role": "user", "content": filler * 2}]
         with pytest.raises(BadInput, match="context"):
             await policy.propose(too_long, 1, valid_actions=VALID, seed=3)
     short = prompts.extend(TASK, "Thought: ok\nAction: inventory", prompts.observation_message("ok", None, False))
     assert reply.prompt_tokens < 1000
     assert reply.prompt_tokens == len(reply.prompt_token_ids or []) > 0
-    assert thought.prompt_tokens < 1000
     async with started(served(vllm_server)) as policy:
         [expected] = await policy.propose(short, 1, valid_actions=VALID, seed=3)
     assert reply.prompt_token_ids == expected.prompt_token_ids

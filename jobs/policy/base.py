@@ -65,12 +65,6 @@ class Policy(ABC):
         """Sample n full replies ("Thought: ...\\nAction: ...")."""
 
     @abstractmethod
-    async def think(
-        self, messages: Messages, n: int, *, seed: int, temperature: float | None = None
-    ) -> list[Reply]:
-        """Sample n thoughts only (ToT's first stage); `action` is empty."""
-
-    @abstractmethod
     async def act(
         self,
         messages: Messages,
@@ -80,7 +74,8 @@ class Policy(ABC):
         seed: int,
         temperature: float | None = None,
     ) -> Reply:
-        """Complete a thought with an action; returns the whole turn (thought + action)."""
+        """Complete a thought with an action; returns the whole turn (thought + action).
+        (propose uses it for a reply that its token budget cut before the action.)"""
 
     async def start(self) -> None:
         """Check the policy can serve (server reachable, model served)."""

@@ -40,7 +40,6 @@ from thicket.unreachable import nobody_listens
 
 log = logging.getLogger("thicket.policy")
 
-THINK_STOP = ("\nAction", "Action:")
 _CONTEXT_ERROR = re.compile(r"maximum context length|context_length_exceeded", re.IGNORECASE)
 _CONNECTION_ERRORS = (
     httpx.ConnectError,
@@ -152,16 +151,14 @@ def action_token_start(tokens: list[str]) -> int:
     return _token_at(tokens, match.start()) if match else -1
 
 
-def _text_token_count(choice: dict[str, Any], keep_eos: bool) -> int:
-    """How many sampled tokens make the returned text: vLLM returns the tokens that hold
-    a stop string (and a final eos) although the text leaves them out."""
+def _text_token_count(choice: dict[str, Any]) -> int:
+    """How many sampled tokens make the returned text and its eos: vLLM returns the tokens
+    that hold a stop string although the text leaves them out."""
     tokens = _token_strings(choice)
     stop = choice.get("stop_reason")
     if isinstance(stop, str) and stop and (pos := "".join(tokens).find(stop)) >= 0:
         starts = accumulate(map(len, tokens), initial=0)
         return sum(1 for start, _ in zip(starts, tokens) if start < pos)
-    if not keep_eos and choice.get("finish_reason") == "stop" and tokens:
-        return len(tokens) - 1  # the eos (or a stop token id)
     return len(tokens)
 
 
@@ -385,45 +382,6 @@ class OpenAIPolicy(Policy):
             latency_s=latency,
         )
 
-    async def think(
-        self, messages: Messages, n: int, *, seed: int, temperature: float | None = None
-    ) -> list[Reply]:
-        """Thoughts continue a prefilled "Thought: " and stop before "Action". Under
-        constrain_actions a thought is also held to one line of max_thought_chars, as in
-        propose. token_ids keep only the tokens of the returned text (not a stop string's)."""
-        prefill = [*messages, {"role": "assistant", "content": "Thought: "}]
-        body = self._sampling(n, seed, temperature, self.config.max_tokens)
-        body |= {"stop": list(THINK_STOP), "continue_final_message": True, "add_generation_prompt": False}
-        if self.config.constrain_actions:
-            body["structured_outputs"] = {"regex": prompts.thought_regex(self.config.max_thought_chars)}
-        data, latency = await self._chat(prefill, body, keep_last=1)
-        return [
-            self._thought_reply(data, choice, i == 0, seed, body["temperature"], latency)
-            for i, choice in enumerate(_choices(data))
-        ]
-
-    @staticmethod
-    def _thought_reply(
-        data: dict[str, Any], choice: dict[str, Any], first: bool, seed: int, temperature: float, latency: float
-    ) -> Reply:
-        thought = (choice["message"].get("content") or "").strip()
-        keep = _text_token_count(choice, keep_eos=False)
-        prompt_tokens, cached = _usage(data, first)
-        return Reply(
-            text=f"Thought: {thought}",
-            thought=thought,
-            action="",
-            token_ids=list(choice.get("token_ids") or [])[:keep],
-            logprobs=_logprobs(choice)[:keep],
-            prompt_token_ids=data.get("prompt_token_ids"),
-            finish_reason=choice.get("finish_reason") or "stop",
-            temperature=temperature,
-            seed=seed + int(choice.get("index", 0)),
-            prompt_tokens=prompt_tokens,
-            cached_tokens=cached,
-            latency_s=latency,
-        )
-
     async def act(
         self,
         messages: Messages,
@@ -448,7 +406,7 @@ class OpenAIPolicy(Policy):
         data, latency = await self._chat(prefill, body, keep_last=1)
         choice = _choices(data)[0]
         action = (choice["message"].get("content") or "").strip()
-        keep = _text_token_count(choice, keep_eos=True)
+        keep = _text_token_count(choice)
         prompt_tokens, cached = _usage(data, first=True)
         return Reply(
             text=prompts.turn(thought.thought, action),

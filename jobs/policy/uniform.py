@@ -64,10 +64,6 @@ class UniformPolicy(Policy):
         await self._wait()
         return [self._reply("", valid_actions, seed + i) for i in range(n)]
 
-    async def think(self, messages: Messages, n: int, *, seed: int, temperature: float | None = None) -> list[Reply]:
-        await self._wait()
-        return [Reply(text="", thought=f"Let me consider option {i + 1}.", action="", seed=seed + i) for i in range(n)]
-
     async def act(
         self,
         messages: Messages,

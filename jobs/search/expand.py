@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import time
 from dataclasses import dataclass, field
@@ -82,28 +81,6 @@ class Expander:
             temperature=temperature,
         )
         self.llm_requests += 1
-        return await self.step_all(node, replies)
-
-    async def expand_tot(self, node: Node, n: int, *, temperature: float | None = None) -> list[Node]:
-        """Tree-of-Thoughts expansion: n thoughts, then one action for each."""
-        if self.over_budget():
-            node.close(StopReason.BUDGET)
-            return []
-        messages = self.messages(node)
-        thoughts = await self.policy.think(messages, n, seed=self.seed_for(node, "think"), temperature=temperature)
-        replies = await asyncio.gather(
-            *(
-                self.policy.act(
-                    messages,
-                    thought,
-                    valid_actions=node.observation.valid_actions,
-                    seed=self.seed_for(node, "act", i),
-                    temperature=temperature,
-                )
-                for i, thought in enumerate(thoughts)
-            )
-        )
-        self.llm_requests += 1 + len(thoughts)
         return await self.step_all(node, replies)
 
     async def step_all(self, node: Node, replies: list[Reply]) -> list[Node]:

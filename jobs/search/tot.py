@@ -1,5 +1,7 @@
 """Tree-of-Thoughts rollouts: at each node sample thoughts, then an action per
-thought; breadth-first to the depth limit, keeping at most `beam` open nodes per
+thought (each thought and its action in one sample: one request of `branching` samples,
+the action sampled after its thought as in two requests, with no re-tokenized thought
+between them); breadth-first to the depth limit, keeping at most `beam` open nodes per
 level (a seeded random choice). Node values are the mean of their children's."""
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ async def run(x: Expander, p: ToTParams) -> None:
     rng = random.Random(x.seed_for(x.tree.root, "tot"))
     frontier = [x.tree.root]
     while frontier and not x.over_budget():
-        await asyncio.gather(*(x.expand_tot(node, p.branching, temperature=p.temperature) for node in frontier))
+        await asyncio.gather(*(x.expand(node, p.branching, temperature=p.temperature) for node in frontier))
         frontier = [c for node in frontier for c in node.children if not c.terminal]
         if p.beam is not None and len(frontier) > p.beam:
             kept = set(rng.sample(range(len(frontier)), p.beam))
