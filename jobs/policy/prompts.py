@@ -17,8 +17,9 @@ REACT_FORMAT = (
     "Action: <one action>"
 )
 
-_ACTION_LINE = re.compile(r"^[ \t]*Action\s*:\s*(.*)", re.IGNORECASE | re.MULTILINE)
-_ACTION_ANYWHERE = re.compile(r"Action\s*:\s*(.*)", re.IGNORECASE)
+_ACTION = r"Action\s*:\s*(.*)"
+_ACTION_LINE = re.compile(r"^[ \t]*" + _ACTION, re.IGNORECASE | re.MULTILINE)
+_ACTION_ANYWHERE = re.compile(_ACTION, re.IGNORECASE)
 _THOUGHT = re.compile(r"Thought\s*:\s*", re.IGNORECASE)
 
 
@@ -54,7 +55,8 @@ def parse_reply(text: str) -> tuple[str, str]:
     mark; the thought is what precedes the mark, after `Thought:` if the reply has one. A
     reply without an action mark yields the empty action, which envs reject as invalid."""
     mark = action_mark(text)
-    action = mark.group(1).strip().splitlines()[0].strip() if mark and mark.group(1).strip() else ""
+    rest = mark.group(1).strip() if mark else ""
+    action = rest.splitlines()[0].strip() if rest else ""
     head = text[: mark.start()] if mark else text
     thought = _THOUGHT.search(head)
     return (head[thought.end():] if thought else head).strip(), action
