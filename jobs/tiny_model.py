@@ -4,7 +4,12 @@ Its weights are random: it emits noise, not sensible agent turns. It exists so t
 vLLM server can be exercised end to end (sampling, seeds, logprobs, structured outputs,
 prefix caching) on machines that cannot download a model.
 
-    python jobs/tiny_model.py OUT_DIR [END_LOGIT]   # with an interpreter that has torch + transformers
+Two sizes (SIZES): "tiny" (tests, demos) computes next to nothing per token, so a server's
+per-token Python (logprobs, grammar, seeds) is nearly all it spends; "small" (~15M
+parameters) does enough arithmetic per token on a CPU that serving costs what a model's
+layers cost, for benchmarks that ask how busy a client keeps the server.
+
+    python jobs/tiny_model.py OUT_DIR [END_LOGIT [SIZE]]   # with an interpreter that has torch + transformers
 
 From the main venv (no torch there), `build_tiny_model(out_dir)` runs this file in a
 subprocess. Nothing at import time needs torch, transformers, tokenizers or even thicket.
@@ -15,14 +20,25 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 SEED = 0
-HIDDEN = 64
-LAYERS = 2
-HEADS = 2  # head_dim 32: the smallest head size vLLM's CPU attention accepts
-KV_HEADS = 1
 VOCAB = 600
+
+
+@dataclass(frozen=True)
+class Size:
+    hidden: int
+    layers: int
+    heads: int  # head_dim = hidden / heads = 32: the smallest head size vLLM's CPU attention accepts
+    kv_heads: int
+
+
+SIZES = {
+    "tiny": Size(hidden=64, layers=2, heads=2, kv_heads=1),  # ~0.16M parameters
+    "small": Size(hidden=512, layers=4, heads=16, kv_heads=4),  # ~15M parameters
+}
 MAX_POSITIONS = 4096
 
 IM_START, IM_END, PAD = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
@@ -110,24 +126,30 @@ def _build_tokenizer():  # -> transformers.PreTrainedTokenizerFast
     )
 
 
-def _favour(model, token_ids: list[int], logit: float) -> None:  # model: LlamaForCausalLM
+def _favour(model, token_ids: list[int], logit: float, probe_ids: list[int]) -> None:  # model: LlamaForCausalLM
     """Raise the logits of `token_ids` by about `logit` at every step. Hidden dimension 0
-    carries a constant (every embedding's 0th value) that no layer writes to, so the
-    final norm leaves it near its largest value, sqrt(HIDDEN); the (tied) output weights
-    of dimension 0 are that constant for every token (a shift softmax ignores) but these."""
+    carries a constant (every embedding's 0th value) that no layer writes to, so the final
+    norm leaves it at a near-constant value v (sqrt(hidden) while it dominates, less in a wider
+    model whose layers write more into the other dimensions); the (tied) output weights of
+    dimension 0 are that constant for every token (a shift softmax ignores) but these, which
+    get logit / v more. v is measured on `probe_ids`."""
     import torch
 
-    scale = 1.0  # far above the other dimensions (~0.02): the norm maps it to ~sqrt(HIDDEN)
+    # far above the other dimensions of an embedding (~0.02), and of what a wider model's
+    # layers write into them: while it dominates the norm, a favoured input token's larger
+    # constant barely moves v (in the small model at 1.0, it made the next token ~50% an end)
+    scale = model.config.hidden_size / 64
     with torch.no_grad():
         for layer in model.model.layers:
             layer.self_attn.o_proj.weight[0].zero_()
             layer.mlp.down_proj.weight[0].zero_()
         embeddings = model.model.embed_tokens.weight
         embeddings[:, 0] = scale
-        embeddings[token_ids, 0] = scale + logit / HIDDEN**0.5
+        normed = model.model(torch.tensor([probe_ids])).last_hidden_state  # after the final norm
+        embeddings[token_ids, 0] = scale + logit / float(normed[0, :, 0].mean())
 
 
-def _build(out_dir: Path, end_logit: float = 0.0) -> None:
+def _build(out_dir: Path, end_logit: float = 0.0, size: Size = SIZES["tiny"]) -> None:
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
@@ -137,11 +159,11 @@ def _build(out_dir: Path, end_logit: float = 0.0) -> None:
     pad = tokenizer.convert_tokens_to_ids(PAD)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=HIDDEN,
-        intermediate_size=4 * HIDDEN,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS,
-        num_key_value_heads=KV_HEADS,
+        hidden_size=size.hidden,
+        intermediate_size=4 * size.hidden,
+        num_hidden_layers=size.layers,
+        num_attention_heads=size.heads,
+        num_key_value_heads=size.kv_heads,
         max_position_embeddings=MAX_POSITIONS,
         bos_token_id=None,
         eos_token_id=eos,
@@ -152,13 +174,13 @@ def _build(out_dir: Path, end_logit: float = 0.0) -> None:
     )
     model = LlamaForCausalLM(config).eval()
     if end_logit:
-        _favour(model, [eos, tokenizer.convert_tokens_to_ids("Ċ")], end_logit)  # Ċ: byte-level BPE's "\n"
+        probe = tokenizer(_corpus()[0][:2000])["input_ids"]
+        _favour(model, [eos, tokenizer.convert_tokens_to_ids("Ċ")], end_logit, probe)  # Ċ: byte-level BPE's "\n"
     model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=pad)
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
-    shape = {"hidden": HIDDEN, "layers": LAYERS, "heads": HEADS, "vocab": len(tokenizer)}
-    readme = README.format(seed=SEED, end_logit=end_logit, **shape)
+    readme = README.format(seed=SEED, end_logit=end_logit, vocab=len(tokenizer), **asdict(size))
     (out_dir / "README.md").write_text(readme)
 
 
@@ -174,12 +196,16 @@ def vllm_python(python: str | os.PathLike[str] | None = None) -> str:
 
 
 def build_tiny_model(
-    out_dir: str | os.PathLike[str], python: str | os.PathLike[str] | None = None, end_logit: float = 0.0
+    out_dir: str | os.PathLike[str], python: str | os.PathLike[str] | None = None, end_logit: float = 0.0,
+    size: str = "tiny",
 ) -> Path:
-    """Build the tiny random model into out_dir (in a subprocess) and return the folder.
-    end_logit > 0 raises the logits of the eos and of "\\n" by that much at every step,
-    so that the model ends its lines and turns like a trained one (3.6: about 5% each)."""
+    """Build the random model of this size (SIZES) into out_dir (in a subprocess) and return
+    the folder. end_logit > 0 raises the logits of the eos and of "\\n" by that much at every
+    step, so that the model ends its lines and turns like a trained one (3.6: about 5% each)."""
     from thicket.errors import BadInput  # this file also runs as a script, outside thicket
+
+    if size not in SIZES:
+        raise BadInput(f"model size: '{size}' is not one of {', '.join(SIZES)}")
 
     interpreter = vllm_python(python)
     check = [interpreter, "-c", "import torch, transformers, tokenizers"]
@@ -192,7 +218,7 @@ def build_tiny_model(
         raise BadInput(f"{interpreter} lacks torch/transformers/tokenizers ({reason}); "
                        "set THICKET_VLLM_PYTHON to the vLLM venv's python")
     out = Path(out_dir)
-    command = [interpreter, __file__, str(out), str(end_logit)]
+    command = [interpreter, __file__, str(out), str(end_logit), size]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     if result.returncode != 0:
         reason = (result.stderr.strip().splitlines() or ["no output"])[-1]
@@ -201,6 +227,7 @@ def build_tiny_model(
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (2, 3):
-        sys.exit("usage: python jobs/tiny_model.py OUT_DIR [END_LOGIT]")
-    _build(Path(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) == 3 else 0.0)
+    args = sys.argv[1:]
+    if not 1 <= len(args) <= 3 or (len(args) == 3 and args[2] not in SIZES):
+        sys.exit(f"usage: python jobs/tiny_model.py OUT_DIR [END_LOGIT [{'|'.join(SIZES)}]]")
+    _build(Path(args[0]), float(args[1]) if len(args) > 1 else 0.0, SIZES[args[2] if len(args) > 2 else "tiny"])

@@ -1,11 +1,15 @@
-"""The tiny random model's end_logit: it makes the model end its lines and turns."""
+"""The random test models: their sizes, and end_logit making them end lines and turns."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
-from thicket.tiny_model import build_tiny_model, vllm_python
+import pytest
+
+from thicket.errors import BadInput
+from thicket.tiny_model import SIZES, build_tiny_model, vllm_python
 
 # Per model folder: the next token's probabilities of the eos and of "\n" (byte-level "Ċ")
 # after a prompt and a started thought.
@@ -27,9 +31,19 @@ for folder in sys.argv[1:]:
 def test_end_logit_makes_the_model_end_lines_and_turns(tmp_path: Path) -> None:
     plain = build_tiny_model(tmp_path / "plain")
     ending = build_tiny_model(tmp_path / "ending", end_logit=3.6)
-    out = subprocess.run([vllm_python(), "-c", PROBE, str(plain), str(ending)], capture_output=True, text=True,
-                         timeout=300)
+    small = build_tiny_model(tmp_path / "small", end_logit=3.6, size="small")
+    out = subprocess.run([vllm_python(), "-c", PROBE, str(plain), str(ending), str(small)], capture_output=True,
+                         text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    (plain_eos, plain_newline), (eos, newline) = (map(float, line.split()) for line in out.stdout.splitlines())
+    (plain_eos, plain_newline), *ends = (map(float, line.split()) for line in out.stdout.splitlines())
     assert plain_eos < 0.01 and plain_newline < 0.01  # ~1/600: a random model's flat distribution
-    assert 0.02 < eos < 0.15 and 0.02 < newline < 0.15  # ~5% each at 3.6
+    for eos, newline in ends:
+        assert 0.02 < eos < 0.15 and 0.02 < newline < 0.15  # ~5% each at 3.6
+    for folder, size in ((ending, SIZES["tiny"]), (small, SIZES["small"])):
+        config = json.loads((folder / "config.json").read_text())
+        assert (config["hidden_size"], config["num_hidden_layers"]) == (size.hidden, size.layers)
+
+
+def test_an_unknown_size_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(BadInput, match="model size: 'huge' is not one of tiny, small"):
+        build_tiny_model(tmp_path / "m", size="huge")
