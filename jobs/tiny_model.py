@@ -50,7 +50,7 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
-README = """# tiny-random-llama (thicket test model)
+README = """# {name}-random-llama (thicket test model)
 
 RANDOM, UNTRAINED weights (torch.manual_seed({seed})). It produces noise, not language.
 Llama architecture: hidden {hidden}, {layers} layers, {heads} heads, vocab {vocab}.
@@ -138,7 +138,7 @@ def _favour(model, token_ids: list[int], logit: float, probe_ids: list[int]) -> 
     # far above the other dimensions of an embedding (~0.02), and of what a wider model's
     # layers write into them: while it dominates the norm, a favoured input token's larger
     # constant barely moves v (in the small model at 1.0, it made the next token ~50% an end)
-    scale = model.config.hidden_size / 64
+    scale = model.config.hidden_size / SIZES["tiny"].hidden  # 1.0 in the tiny model
     with torch.no_grad():
         for layer in model.model.layers:
             layer.self_attn.o_proj.weight[0].zero_()
@@ -149,10 +149,11 @@ def _favour(model, token_ids: list[int], logit: float, probe_ids: list[int]) -> 
         embeddings[token_ids, 0] = scale + logit / float(normed[0, :, 0].mean())
 
 
-def _build(out_dir: Path, end_logit: float = 0.0, size: Size = SIZES["tiny"]) -> None:
+def _build(out_dir: Path, end_logit: float = 0.0, name: str = "tiny") -> None:
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
+    size = SIZES[name]
     torch.manual_seed(SEED)
     tokenizer = _build_tokenizer()
     eos = tokenizer.convert_tokens_to_ids(IM_END)
@@ -180,7 +181,7 @@ def _build(out_dir: Path, end_logit: float = 0.0, size: Size = SIZES["tiny"]) ->
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
-    readme = README.format(seed=SEED, end_logit=end_logit, vocab=len(tokenizer), **asdict(size))
+    readme = README.format(name=name, seed=SEED, end_logit=end_logit, vocab=len(tokenizer), **asdict(size))
     (out_dir / "README.md").write_text(readme)
 
 
@@ -230,4 +231,4 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     if not 1 <= len(args) <= 3 or (len(args) == 3 and args[2] not in SIZES):
         sys.exit(f"usage: python jobs/tiny_model.py OUT_DIR [END_LOGIT [{'|'.join(SIZES)}]]")
-    _build(Path(args[0]), float(args[1]) if len(args) > 1 else 0.0, SIZES[args[2] if len(args) > 2 else "tiny"])
+    _build(Path(args[0]), float(args[1]) if len(args) > 1 else 0.0, args[2] if len(args) > 2 else "tiny")

@@ -39,7 +39,7 @@ def turn(thought: str, action: str) -> str:
 
 
 def thought_prefix(thought: str) -> str:
-    """The assistant text an action is completed from (ToT's second stage)."""
+    """The assistant text an action is completed from (act(), for a reply cut before its action)."""
     return f"Thought: {thought}\nAction: "
 
 
