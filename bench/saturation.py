@@ -2,14 +2,13 @@
 that does nothing but generate.
 
 1. Runs a real sweep (MCTS, then ToT, on TextCraft) against one vLLM server with C
-   requests allowed in flight, recording every request's shape (prompt ids, n,
-   completion tokens).
+   requests (one sample each) allowed in flight, recording every request's shape (prompt
+   ids, completion tokens).
 2. Replays them with a raw async client that only generates (/v1/completions on the same
    prompt ids, ignore_eos, exactly the sweep's generated tokens, no logprobs, no grammar, in
-   the sweep's order, on the worker's own lean HTTP client with bodies encoded ahead): the
-   sweep's requests as n-sample requests with their tokens spread evenly over the samples,
-   at the sweep's levels of requests in flight (and, with --raw-sequences, each sample as
-   its own request). The ratio is against the best of these.
+   the sweep's order, on the worker's own lean HTTP client with bodies encoded ahead), at
+   the sweep's levels of requests in flight (and, with --raw-levels, at others). The ratio
+   is against the best of these.
 3. Replays the sweep's requests exactly as sent (chat template, action grammar, logprobs,
    seeds), not counted, which splits the ratio in two: the pipeline against its own
    requests (what the worker loses) x its requests against generate-only ones (what the
@@ -55,30 +54,14 @@ from thicket.vllm_server import VLLMServer, prefix_cache_counters, server_root
 END_LOGIT = 3.6  # the tiny model's eos and newline: ~5% a token each
 
 
-@dataclass
-class Shape:
-    prompt_ids: list[int]
-    n: int
-    max_tokens: int
-    generated: int
-
-
 @dataclass(frozen=True)
 class Sent:
-    """One request of the sweep: its chat body as sent, its prompt ids and its samples' lengths."""
+    """One request (one sample) of the sweep: its chat body as sent, its prompt ids and the
+    number of tokens it generated."""
 
     body: dict
     prompt_ids: list[int]
-    lengths: list[int]
-
-    def sequences(self) -> list[Shape]:
-        """Each sample as its own request, exactly as long as it was."""
-        return [Shape(self.prompt_ids, 1, max(length, 1), length) for length in self.lengths]
-
-    def evened(self) -> Shape:
-        """The request's n samples, its tokens spread evenly over them."""
-        even = max(round(sum(self.lengths) / len(self.lengths)), 1)
-        return Shape(self.prompt_ids, len(self.lengths), even, len(self.lengths) * even)
+    length: int
 
     def as_chat(self, logprobs: bool = True) -> tuple[str, dict]:
         """The request as sent, or without its logprobs."""
@@ -91,24 +74,19 @@ class Sent:
         body = {k: v for k, v in self.body.items() if k not in ("messages", "logprobs", "top_logprobs")}
         if not seed:
             body.pop("seed", None)
-        if not grammar:  # nothing then ends a sample where the grammar did: each runs to the longest's length
+        if not grammar:  # nothing then ends the sample where the grammar did: it runs to its length
             body.pop("structured_outputs", None)
             body.pop("stop", None)
-            body |= {"max_tokens": max(max(self.lengths), 1), "ignore_eos": True}
+            body |= {"max_tokens": max(self.length, 1), "ignore_eos": True}
         body["prompt"] = self.prompt_ids
         if logprobs:
             body["logprobs"] = 0
         return "/completions", body
 
-    def padded(self) -> Shape:
-        """The request's n samples, each as long as its longest."""
-        longest = max(max(self.lengths), 1)
-        return Shape(self.prompt_ids, len(self.lengths), longest, len(self.lengths) * longest)
-
 
 @dataclass
 class Recorder:
-    sent: list[Sent] = field(default_factory=list)  # the requests that came back with prompt ids and samples
+    sent: list[Sent] = field(default_factory=list)  # the requests that came back with prompt ids and a sample
     requests: int = 0
     commit_s: float = 0.0
 
@@ -120,10 +98,10 @@ def record(recorder: Recorder) -> None:
     async def recorded(self, messages, body):
         data, latency = await chat_once(self, messages, body)
         recorder.requests += 1
-        lengths = [len(c.get("token_ids") or []) for c in data.get("choices", [])]
-        if data.get("prompt_token_ids") and lengths:
+        choices = data.get("choices") or []
+        if data.get("prompt_token_ids") and len(choices) == 1:
             sent = {"model": self.config.model, "messages": messages, **body, **self.config.extra_body}
-            recorder.sent.append(Sent(sent, data["prompt_token_ids"], lengths))
+            recorder.sent.append(Sent(sent, data["prompt_token_ids"], len(choices[0].get("token_ids") or [])))
         return data, latency
 
     def timed(fn):
@@ -169,18 +147,17 @@ async def pipeline(url: str, model: str, algorithm: str, args: argparse.Namespac
         summary = await run_tasks(spec, list(range(args.tasks)), progress=False)
         cpu = time.process_time() - cpu0
     wall = summary.report.seconds
-    shapes = [shape for sent in recorder.sent for shape in sent.sequences()]
     return {
-        "wall": wall, "generated": sum(s.generated for s in shapes), "cache": summary.cache_hit_rate,
-        "shapes": shapes, "requests": recorder.requests, "sent": recorder.sent, "cpu": cpu,
+        "wall": wall, "generated": sum(s.length for s in recorder.sent), "cache": summary.cache_hit_rate,
+        "requests": recorder.requests, "sent": recorder.sent, "cpu": cpu,
         "commit": recorder.commit_s, "mean_in_flight": summary.mean_in_flight, "limit": summary.in_flight_limit,
     }
 
 
-def completion(model: str, shape: Shape) -> tuple[str, dict]:
-    """A generate-only request: prompt ids in, exactly shape.max_tokens tokens per sample out,
-    nothing else asked for (no logprobs, no grammar)."""
-    return "/completions", {"model": model, "prompt": shape.prompt_ids, "n": shape.n, "max_tokens": shape.max_tokens,
+def completion(model: str, sent: Sent) -> tuple[str, dict]:
+    """A generate-only request: the sweep's prompt ids in, exactly the tokens its sample
+    generated out, nothing else asked for (no logprobs, no grammar, no seed)."""
+    return "/completions", {"model": model, "prompt": sent.prompt_ids, "max_tokens": max(sent.length, 1),
                             "ignore_eos": True, "temperature": 1.0}
 
 
@@ -283,22 +260,15 @@ async def one_round(url: str, model: str, algorithm: str, args: argparse.Namespa
     sent = p["sent"][: args.raw_limit] if args.raw_limit else p["sent"]
     sweep_levels = sorted({p["limit"], max(1, round(p["mean_in_flight"]))})
     # The raw client's best, generating exactly the sweep's tokens in the sweep's order (so its
-    # prefix-cache hits follow the sweep's): its requests as n-sample requests with their tokens
-    # spread evenly over the samples, at the sweep's levels; with --raw-sequences, also every
-    # sample as its own request at those levels of sequences in flight.
-    raw = {f"{c} n-sample requests, the sweep's tokens": await window(url, [completion(model, x.evened()) for x in sent], c)
-           for c in sweep_levels}
-    sequences = [shape for x in sent for shape in x.sequences()]
-    for c in args.raw_sequences:
-        raw[f"{c} single-sequence requests"] = await window(url, [completion(model, s) for s in sequences], c)
+    # prefix-cache hits follow the sweep's), at the sweep's levels and at --raw-levels.
+    generate_only = [completion(model, x) for x in sent]
+    raw = {f"{c} generate-only requests, the sweep's tokens": await window(url, generate_only, c)
+           for c in sorted({*sweep_levels, *args.raw_levels})}
     # Not counted, to see where the rest goes: the sweep's own requests exactly as sent (chat,
-    # grammar, logprobs, seeds) without the worker; and, with --padded, every sample as long
-    # as its request's longest (more tokens per prefill than the sweep generated).
+    # grammar, logprobs, seeds) without the worker.
     as_sent_at = {c: await window(url, [x.as_chat() for x in sent], c) for c in sweep_levels}
     as_sent = {f"{c} of the sweep's requests as sent": r for c, r in as_sent_at.items()}
     c = max(as_sent_at, key=lambda level: as_sent_at[level].tokens_per_s)  # the rest at its best level
-    padded = {f"{c} n-sample requests, padded to the longest":
-              await window(url, [completion(model, x.padded()) for x in sent], c)} if args.padded else {}
     features = {}
     if args.features:  # the same requests with one feature after another taken off
         variants = {
@@ -311,18 +281,18 @@ async def one_round(url: str, model: str, algorithm: str, args: argparse.Namespa
         }
         features = {f"{c} of the sweep's requests {label}": await window(url, requests, c)
                     for label, requests in variants.items()}
-    return report(f"{algorithm}, seed {seed}", p, raw, as_sent, padded | features)
+    return report(f"{algorithm}, seed {seed}", p, raw, as_sent, features)
 
 
 def report(algorithm: str, p: dict, raw: dict[str, Replay], as_sent: dict[str, Replay], others: dict[str, Replay]) -> float:
     """`raw`: the generate-only replays (the ratio's baseline); `as_sent` (the split's middle
-    term) and `others` (--padded, --features): shown, not counted."""
+    term) and `others` (--features): shown, not counted."""
     pipe_tps = p["generated"] / p["wall"]
     raw_tps = max(r.tokens_per_s for r in raw.values())
     as_sent_tps = max(r.tokens_per_s for r in as_sent.values())
     shown = as_sent | others
-    prompt_lens = [len(s.prompt_ids) for s in p["shapes"]]
-    print(f"\n[{algorithm}] {p['requests']} requests, {len(p['shapes'])} sequences, prompt {statistics.mean(prompt_lens):.0f} tokens mean, "
+    prompt_lens = [len(s.prompt_ids) for s in p["sent"]]
+    print(f"\n[{algorithm}] {p['requests']} requests, prompt {statistics.mean(prompt_lens):.0f} tokens mean, "
           f"{p['generated']} generated tokens")
     print(f"  pipeline   {pipe_tps:10,.0f} tok/s  ({p['wall']:.1f} s, mean in flight {p['mean_in_flight']:.1f} "
           f"requests, limit at the end {p['limit']}, prefix cache {_rate(p['cache'])})")
@@ -349,8 +319,8 @@ def main() -> None:
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--concurrency", type=lambda v: v if v == "auto" else int(v), default="auto",
                         help="requests in flight, or auto (tuned from the server's load)")
-    parser.add_argument("--raw-sequences", type=lambda v: [int(c) for c in v.split(",")], default=[],
-                        help="also replay every sample as its own request at these levels of sequences in flight, "
+    parser.add_argument("--raw-levels", type=lambda v: [int(c) for c in v.split(",")], default=[],
+                        help="also replay the generate-only requests at these levels of requests in flight, "
                              "e.g. 32,64,128 (counted: the best raw replay is the baseline)")
     parser.add_argument("--raw-limit", type=int, default=0,
                         help="replay only the sweep's first N requests (default 0: all of them, so that a replay "
@@ -359,8 +329,6 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1,
                         help="sweeps (seeds 0, 1, ...) each followed by its replays; prints the median ratio")
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--padded", action="store_true",
-                        help="also replay the sweep's requests padded to their longest sample (printed, not counted)")
     parser.add_argument("--unconstrained", action="store_true", help="the sweep with constrain_actions off")
     parser.add_argument("--max-thought-chars", type=int, default=0,
                         help="the sweep's policy.max_thought_chars (default 0, the product's: a thought line of any "

@@ -118,7 +118,7 @@ async def test_tot_expands_thoughts_then_actions_breadth_first_with_mean_values(
     x = await grown(ToTParams(branching=2, max_depth=10))
     assert x.tree.size == 15
     assert [c.reply.thought for c in x.tree.root.children] == ["option 0", "option 1"]
-    # one request of `branching` samples per expanded node, each sample a thought and its action
+    # one propose of `branching` samples per expanded node, each sample a thought and its action
     assert sorted(x.policy.requests) == sorted((len(x.messages(n)), 2) for n in x.tree.nodes() if n.children)
     assert x.tree.root.value == pytest.approx(1 / 8)
     assert x.tree.root.visits == 8

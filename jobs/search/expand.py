@@ -13,11 +13,11 @@ from thicket.search.cursor import EnvCursor
 from thicket.search.guard import ContentGuard, Fault
 from thicket.search.tree import Node, StopReason, Tree
 
-SEED_SPACING = 1024  # a request's n samples use seed .. seed+n-1; requests never overlap
+SEED_SPACING = 1024  # a propose of n samples uses seed .. seed+n-1; proposes never overlap
 
 
-def request_seed(*parts: object) -> int:
-    """A stable seed for one request, spaced so sibling samples never share seeds."""
+def propose_seed(*parts: object) -> int:
+    """A stable seed for one propose, spaced so sibling samples never share seeds."""
     digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
     return (int.from_bytes(digest, "big") % (2**31 // SEED_SPACING)) * SEED_SPACING
 
@@ -47,7 +47,7 @@ class Expander:
         return cls(tree=tree, cursor=cursor, policy=policy, instructions=env.instructions, **settings)
 
     def seed_for(self, node: Node, *salt: object) -> int:
-        return request_seed(self.tree.seed, self.tree.task, node.key, *salt)
+        return propose_seed(self.tree.seed, self.tree.task, node.key, *salt)
 
     def messages(self, node: Node) -> Messages:
         """The chat history at `node`: its parent's plus two turns (append-only)."""

@@ -1,5 +1,5 @@
 """Tree-of-Thoughts rollouts: at each node sample thoughts, then an action per
-thought (each thought and its action in one sample: one request of `branching` samples,
+thought (each thought and its action in one sample: one propose of `branching` samples,
 the action sampled after its thought as in two requests, with no re-tokenized thought
 between them); breadth-first to the depth limit, keeping at most `beam` open nodes per
 level (a seeded random choice). Node values are the mean of their children's."""
