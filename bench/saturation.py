@@ -9,10 +9,11 @@ that does nothing but generate.
    the sweep's order, on the worker's own lean HTTP client with bodies encoded ahead), at
    the sweep's levels of requests in flight (and, with --raw-levels, at others). The ratio
    is against the best of these.
-3. Replays the sweep's requests exactly as sent (chat template, action grammar, logprobs,
-   seeds), not counted, which splits the ratio in two: the pipeline against its own
-   requests (what the worker loses) x its requests against generate-only ones (what the
-   request features cost the server).
+3. Replays the sweep's requests exactly as sent (on vLLM: /completions on the prompt ids
+   that /tokenize rendered once per expansion, with the action grammar, logprobs and
+   seeds; the /tokenize calls are not replayed), not counted, which splits the ratio in
+   two: the pipeline against its own requests (what the worker loses) x its requests
+   against generate-only ones (what the request features cost the server).
 4. Prints generated tokens/s of all, the ratio, the prefix-cache hit rate of each, the
    mean number of requests in flight, and where the worker's time went.
 
@@ -54,11 +55,15 @@ from thicket.vllm_server import VLLMServer, prefix_cache_counters, server_root
 END_LOGIT = 3.6  # the tiny model's eos and newline: ~5% a token each
 
 
+_CHAT_ONLY = ("messages", "logprobs", "top_logprobs", "continue_final_message", "add_generation_prompt")
+
+
 @dataclass(frozen=True)
 class Sent:
-    """One request (one sample) of the sweep: its chat body as sent, its prompt ids and the
-    number of tokens it generated."""
+    """One request (one sample) of the sweep: its path and body as sent, its prompt ids and
+    the number of tokens it generated."""
 
+    path: str
     body: dict
     prompt_ids: list[int]
     length: int
@@ -68,15 +73,14 @@ class Sent:
         """max_tokens that make the sample exactly as long again (with ignore_eos)."""
         return max(self.length, 1)
 
-    def as_chat(self, logprobs: bool = True) -> tuple[str, dict]:
-        """The request as sent, or without its logprobs."""
-        return "/chat/completions", self.body if logprobs else {k: v for k, v in self.body.items() if k != "logprobs"}
+    def as_sent(self) -> tuple[str, dict]:
+        return self.path, self.body
 
     def as_completion(self, logprobs: bool = True, grammar: bool = True, seed: bool = True) -> tuple[str, dict]:
-        """The same request on /completions with its prompt ids (no chat template, no chat
-        logprobs objects): sampling kept; logprobs 0 (the sampled token's) or none; its
+        """The same request on /completions with its prompt ids (as the sweep sends it to a
+        server with /tokenize): sampling kept; logprobs 0 (the sampled token's) or none; its
         grammar and its seed kept or left out."""
-        body = {k: v for k, v in self.body.items() if k not in ("messages", "logprobs", "top_logprobs")}
+        body = {k: v for k, v in self.body.items() if k not in (*_CHAT_ONLY, "prompt")}
         if not seed:
             body.pop("seed", None)
         if not grammar:  # nothing then ends the sample where the grammar did: it runs to its length
@@ -97,16 +101,16 @@ class Recorder:
 
 
 def record(recorder: Recorder) -> None:
-    """Wrap the policy's request and the worker's commits to see what the sweep did."""
-    chat_once = OpenAIPolicy._chat_once
+    """Wrap the policy's generation requests and the worker's commits to see what the sweep did."""
+    post_generation = OpenAIPolicy._post_generation
 
-    async def recorded(self, messages, body):
-        data, latency = await chat_once(self, messages, body)
+    async def recorded(self, path, payload):
+        data, latency = await post_generation(self, path, payload)
         recorder.requests += 1
         choices = data.get("choices") or []
-        if data.get("prompt_token_ids") and len(choices) == 1:
-            sent = {"model": self.config.model, "messages": messages, **body, **self.config.extra_body}
-            recorder.sent.append(Sent(sent, data["prompt_token_ids"], len(choices[0].get("token_ids") or [])))
+        prompt_ids = payload.get("prompt") or data.get("prompt_token_ids")
+        if prompt_ids and len(choices) == 1:
+            recorder.sent.append(Sent(path, payload, prompt_ids, len(choices[0].get("token_ids") or [])))
         return data, latency
 
     def timed(fn):
@@ -118,7 +122,7 @@ def record(recorder: Recorder) -> None:
                 recorder.commit_s += time.perf_counter() - started
         return run
 
-    OpenAIPolicy._chat_once = recorded  # type: ignore[method-assign]
+    OpenAIPolicy._post_generation = recorded  # type: ignore[method-assign]
     worker.tree_table = timed(worker.tree_table)  # laying a tree out as a table, then writing its batch
     commits.write_shards = timed(commits.write_shards)
 
@@ -141,7 +145,7 @@ async def pipeline(url: str, model: str, algorithm: str, args: argparse.Namespac
                 "policy": {
                     "kind": "openai", "url": url, "model": model, "max_tokens": args.max_tokens,
                     "max_thought_chars": args.max_thought_chars, "concurrency": args.concurrency,
-                    "constrain_actions": not args.unconstrained,
+                    "constrain_actions": not args.unconstrained, "render_once": not args.chat,
                 },
                 "run": {"progress": False},
                 "seed": seed,
@@ -267,18 +271,21 @@ async def one_round(url: str, model: str, algorithm: str, args: argparse.Namespa
     # The raw client's best, generating exactly the sweep's tokens in the sweep's order (so its
     # prefix-cache hits follow the sweep's), at the sweep's levels and at --raw-levels.
     generate_only = [completion(model, x) for x in sent]
-    raw = {f"{c} generate-only requests, the sweep's tokens": await window(url, generate_only, c)
-           for c in sorted({*sweep_levels, *args.raw_levels})}
-    # Not counted, to see where the rest goes: the sweep's own requests exactly as sent (chat,
-    # grammar, logprobs, seeds) without the worker.
-    as_sent_at = {c: await window(url, [x.as_chat() for x in sent], c) for c in sweep_levels}
+    # Not counted, to see where the rest goes: the sweep's own requests exactly as sent (grammar,
+    # logprobs, seeds) without the worker, each right after the raw replay at its level: the
+    # machine's speed drifts over minutes, and a comparison of replays run far apart measures it.
+    raw, as_sent_at = {}, {}
+    for c in sorted({*sweep_levels, *args.raw_levels}):
+        raw[f"{c} generate-only requests, the sweep's tokens"] = await window(url, generate_only, c)
+        if c in sweep_levels:
+            as_sent_at[c] = await window(url, [x.as_sent() for x in sent], c)
     as_sent = {f"{c} of the sweep's requests as sent": r for c, r in as_sent_at.items()}
     c = max(as_sent_at, key=lambda level: as_sent_at[level].tokens_per_s)  # the rest at its best level
     features = {}
     if args.features:  # the same requests with one feature after another taken off
+        chat = any(x.path == "/chat/completions" for x in sent)  # sent so: a server without /tokenize, or render_once off
         variants = {
-            "as sent, chat without logprobs": [x.as_chat(logprobs=False) for x in sent],
-            "as /completions on prompt ids, logprobs 0": [x.as_completion() for x in sent],
+            **({"as /completions on prompt ids, logprobs 0": [x.as_completion() for x in sent]} if chat else {}),
             "as /completions on prompt ids, no logprobs": [x.as_completion(logprobs=False) for x in sent],
             "as /completions on prompt ids, logprobs 0, no grammar": [x.as_completion(grammar=False) for x in sent],
             "as /completions on prompt ids, logprobs 0, no grammar, no seed":
@@ -306,7 +313,8 @@ def report(algorithm: str, p: dict, raw: dict[str, Replay], as_sent: dict[str, R
               f"mean in flight {r.in_flight:.1f}, prefix cache {_rate(r.cache)}){' (not counted)' if level in shown else ''}")
     print(f"  ratio      {pipe_tps / raw_tps:10.2f}  against the raw client's best (goal >= 0.90)")
     print(f"    = {pipe_tps / as_sent_tps:.2f} (the pipeline against its own requests replayed as sent: the worker's share)"
-          f" x {as_sent_tps / raw_tps:.2f} (those requests against generate-only ones: the cost of chat, grammar, logprobs, seeds)")
+          f" x {as_sent_tps / raw_tps:.2f} (those requests against generate-only ones: what grammar, logprobs and seeds cost, and the "
+          "chat template where sent as chat)")
     busy = p["cpu"]
     print(f"  worker time: wall {p['wall']:.1f} s, worker CPU {busy:.1f} s; waiting on the LLM "
           f"~{max(p['wall'] - busy, 0):.1f} s; shard commits {p['commit']:.2f} s of wall time, summed "
@@ -335,6 +343,10 @@ def main() -> None:
                         help="sweeps (seeds 0, 1, ...) each followed by its replays; prints the median ratio")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--unconstrained", action="store_true", help="the sweep with constrain_actions off")
+    parser.add_argument("--chat", action="store_true",
+                        help="the sweep with policy.render_once off: every sample a /chat/completions request, "
+                             "its prompt rendered by the server each time (default: rendered once per expansion by "
+                             "/tokenize, the samples on /completions)")
     parser.add_argument("--max-thought-chars", type=int, default=0,
                         help="the sweep's policy.max_thought_chars (default 0, the product's: a thought line of any "
                              "length; a bound costs the server per token, see prompts.thought_regex)")
@@ -343,8 +355,9 @@ def main() -> None:
                              "and turns (~5%% a token each at 3.6) like a trained model; with 0, a thought runs into "
                              "the token budget and takes a second request for its action (not with --model-dir)")
     parser.add_argument("--features", action="store_true",
-                        help="also replay the sweep's requests without chat logprobs, and on /completions with their "
-                             "prompt ids with and without logprobs, grammar and seeds (printed, not counted)")
+                        help="also replay the sweep's requests on /completions with their prompt ids without "
+                             "logprobs, without the grammar, without seeds (and, if they were sent to "
+                             "/chat/completions, as they are there: printed, not counted)")
     parser.add_argument("--algorithms", nargs="+", default=["mcts", "tot"], choices=list(SEARCHES))
     parser.add_argument("--model-size", choices=list(SIZES), default="tiny",
                         help="the random model built and served: tiny (~0.16M parameters: the server's per-token "

@@ -45,6 +45,7 @@ def openai_policy(spec: PolicySpec, base_url: str, model: str) -> OpenAIPolicy:
         max_retries=spec.max_retries,
         retry_deadline_s=spec.retry_deadline_s,
         startup_connect_s=spec.startup_connect_s,
+        render_once=spec.render_once,
         url_field="policy.url" if spec.url else "the vLLM server started for policy.model",
         )
     )

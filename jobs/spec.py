@@ -127,6 +127,11 @@ class PolicySpec(Strict):
         "(bounds make the grammar costly for vLLM: keep them small, for tiny models that never end a line)"
     )
     show_valid_actions: bool = Field(False, description="list valid actions in each observation")
+    render_once: bool = Field(
+        True, description="a server that renders chat prompts (vLLM's /tokenize) renders each expansion's prompt "
+        "once and its samples go to /completions on the prompt's token ids (the same samples, less server work "
+        "per sample); false, or any other server: each sample a /chat/completions request"
+    )
     concurrency: Annotated[int, Field(ge=1, le=4096)] | Literal["auto"] = Field(
         "auto", description="LLM requests in flight per pod; auto: tuned from vLLM's load gauges (else 64)"
     )

@@ -23,7 +23,8 @@ from tests.http_stub import QuietHandler, serving
 from thicket.errors import BadInput, Unavailable
 from thicket.policy import prompts
 from thicket.policy.base import Messages, Reply
-from thicket.policy.openai import OpenAIConfig, OpenAIPolicy, action_token_start, drop_oldest_exchange
+from thicket.policy.answers import action_token_start
+from thicket.policy.openai import OpenAIConfig, OpenAIPolicy, drop_oldest_exchange
 from thicket.tiny_model import build_tiny_model
 from thicket.vllm_server import VLLMServer, free_port, parse_prefix_cache_counters, prefix_cache_counters
 
@@ -179,6 +180,27 @@ async def test_context_overflow_drops_the_oldest_exchange(vllm_server: VLLMServe
 
 
 @pytest.mark.vllm
+async def test_prompts_rendered_once_give_the_chat_endpoints_samples(vllm_server: VLLMServer) -> None:
+    """With render_once (vLLM serves /tokenize) the samples go to /completions on the prompt's
+    ids: the same ids, tokens and logprobs as /chat/completions gives, proposed and acted."""
+    thought = Reply(text="Thought: get wood", thought="get wood", action="", token_ids=[11], logprobs=[-1.0])
+    runs = {}
+    for render_once in (True, False):
+        async with started(served(vllm_server, constrain_actions=True, render_once=render_once)) as policy:
+            assert policy.renders_once is render_once
+            replies = await policy.propose(TASK, 3, valid_actions=VALID, seed=500, temperature=1.0)
+            free = await policy.propose(TASK, 2, valid_actions=None, seed=600, temperature=1.0)
+            turn = await policy.act(TASK, thought, valid_actions=VALID, seed=700, temperature=1.0)
+        runs[render_once] = [*replies, *free, turn]
+    for once, chat in zip(runs[True], runs[False], strict=True):
+        assert once.token_ids == chat.token_ids and once.text == chat.text
+        assert once.prompt_token_ids == chat.prompt_token_ids and once.prompt_tokens == chat.prompt_tokens
+        assert once.action_token_start == chat.action_token_start and once.action == chat.action
+        assert once.logprobs == pytest.approx(chat.logprobs, abs=1e-4)
+    assert runs[True][-1].action in VALID and len({tuple(r.token_ids) for r in runs[True]}) == 6
+
+
+@pytest.mark.vllm
 async def test_wrong_model_name_is_bad_input(vllm_server: VLLMServer) -> None:
     with pytest.raises(BadInput, match=f"not served.*it serves: {vllm_server.served_name}"):
         async with started(served(vllm_server, model="no-such-model")):
@@ -319,6 +341,75 @@ async def test_request_fields_sent() -> None:
     assert act["structured_outputs"] == {"choice": list(VALID)}
     assert act["continue_final_message"] is True and act["add_generation_prompt"] is False
     assert act["messages"][-1] == {"role": "assistant", "content": "Thought: hm\nAction: "}
+
+
+def completion_body(text: str = "Thought: hi\nAction: inventory") -> dict[str, Any]:
+    tokens = ["Thought", ":", " hi", "\n", "Action", ":", " inventory"]
+    return {
+        "choices": [{
+            "index": 0, "text": text, "finish_reason": "stop", "token_ids": list(range(len(tokens))),
+            "logprobs": {"tokens": tokens, "token_logprobs": [-0.5] * len(tokens), "top_logprobs": [None] * len(tokens)},
+        }],
+        "usage": {"prompt_tokens": 3, "prompt_tokens_details": {"cached_tokens": 2}},
+    }
+
+
+class Routed(QuietHandler):
+    """A server that lists model m and answers each POST by its path (`answers`), with
+    every (path, body) kept in `posts`; paths it lacks answer 404."""
+
+    answers: dict[str, Any] = {}
+    posts: list[tuple[str, dict[str, Any]]] = []
+
+    def do_GET(self) -> None:
+        self.answer(200, json.dumps({"object": "list", "data": [{"id": "m"}]}).encode())
+
+    def do_POST(self) -> None:
+        self.posts.append((self.path, json.loads(self.rfile.read(int(self.headers["Content-Length"])))))
+        found = self.path in self.answers
+        self.answer(200 if found else 404, json.dumps(self.answers.get(self.path, {"detail": "Not Found"})).encode())
+
+
+@contextmanager
+def routed(answers: dict[str, Any]) -> Iterator[tuple[str, list[tuple[str, dict[str, Any]]]]]:
+    handler = type("Handler", (Routed,), {"answers": answers, "posts": []})
+    with serving(handler) as url:
+        yield f"{url}/v1", handler.posts
+
+
+async def test_a_server_with_tokenize_renders_each_prompt_once() -> None:
+    answers = {"/tokenize": {"count": 3, "max_model_len": 2048, "tokens": [1, 2, 3]}, "/v1/completions": completion_body()}
+    with routed(answers) as (url, posts):
+        async with started(config_for(url, constrain_actions=True, extra_body={"chat_template_kwargs": {"x": 1}})) as policy:
+            replies = await policy.propose(TASK, 3, valid_actions=VALID, seed=40)
+            await policy.act(TASK, Reply(text="", thought="hm", action=""), valid_actions=VALID, seed=9)
+    probe, render, *samples, act_render, act = posts
+    assert probe[0] == render[0] == act_render[0] == "/tokenize"
+    assert render[1]["messages"] == TASK and render[1]["add_generation_prompt"] is True
+    assert render[1]["continue_final_message"] is False and render[1]["chat_template_kwargs"] == {"x": 1}
+    assert [path for path, _ in samples] == ["/v1/completions"] * 3  # the samples share one render
+    assert sorted(body["seed"] for _, body in samples) == [40, 41, 42]
+    body = samples[0][1]
+    assert body["prompt"] == [1, 2, 3] and body["logprobs"] == 0 and body["return_token_ids"] is True
+    assert body["structured_outputs"] == {"regex": prompts.action_regex(VALID, 24)}
+    assert "messages" not in body and "chat_template_kwargs" not in body
+    assert act_render[1]["continue_final_message"] is True and act_render[1]["add_generation_prompt"] is False
+    assert act_render[1]["messages"][-1] == {"role": "assistant", "content": "Thought: hm\nAction: "}
+    assert act[1]["structured_outputs"] == {"choice": list(VALID)} and act[1]["prompt"] == [1, 2, 3]
+    for reply in replies:
+        assert reply.action == "inventory" and reply.token_ids == list(range(7)) and reply.action_token_start == 4
+        assert reply.logprobs == [-0.5] * 7 and reply.prompt_token_ids == [1, 2, 3]
+        assert (reply.prompt_tokens, reply.cached_tokens) == (3, 2)
+
+
+async def test_a_server_without_tokenize_gets_chat_requests() -> None:
+    with routed({"/v1/chat/completions": chat_body()}) as (url, posts):
+        async with started(config_for(url)) as policy:
+            assert not policy.renders_once
+            [reply] = await policy.propose(TASK, 1, valid_actions=VALID, seed=40)
+    assert [path for path, _ in posts] == ["/tokenize", "/v1/chat/completions"]
+    assert posts[1][1]["messages"] == TASK and posts[1][1]["logprobs"] is True
+    assert reply.action == "inventory" and reply.prompt_token_ids == [1, 2, 3]
 
 
 def cut_body(tokens: list[str]) -> dict[str, Any]:

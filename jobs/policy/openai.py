@@ -1,4 +1,10 @@
-"""A policy served by an OpenAI-compatible chat server (vLLM first).
+"""A policy served by an OpenAI-compatible server (vLLM first).
+
+Requests: a server that renders chat prompts to token ids (vLLM's /tokenize) gets each
+prompt rendered once, and each sample of it as a /completions request on those ids (one
+chat-template render per expansion, not per sample, and lighter logprobs); any other
+server, or `render_once` off, gets each sample as a /chat/completions request. Both give
+the same samples: the same ids in, the same sampling.
 
 Seeds: propose(n, seed) samples reply i with seed + i (one request each), so a caller
 that proposes several times must space their seeds at least n apart (e.g. seed =
@@ -21,9 +27,9 @@ import asyncio
 import logging
 import re
 import time
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from functools import partial
-from itertools import accumulate
 from typing import Any
 
 import httpx
@@ -33,10 +39,12 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exp
 from thicket import metrics
 from thicket.errors import BadInput, Unavailable
 from thicket.policy import prompts
+from thicket.policy.answers import Sample, chat_sample, completion_sample
 from thicket.policy.base import Messages, Policy, Reply
 from thicket.policy.inflight import AdjustableLimit
 from thicket.transport import Answer, Exchange, exchange_for
 from thicket.unreachable import nobody_listens
+from thicket.vllm_server import server_root
 
 log = logging.getLogger("thicket.policy")
 
@@ -71,6 +79,7 @@ class OpenAIConfig:
     api_key: str | None = None
     action_max_tokens: int = 64  # unconstrained act(): the action is one line
     extra_body: dict[str, Any] = field(default_factory=dict)  # merged into every request
+    render_once: bool = True  # a server with /tokenize renders each prompt once, its samples go to /completions
 
 
 class _ServerError(Exception):
@@ -83,6 +92,20 @@ class _ServerError(Exception):
 
 class _ContextTooLong(Exception):
     pass
+
+
+# extra_body fields that shape how messages render: with render_once they go to /tokenize
+_RENDER_FIELDS = frozenset({"chat_template", "chat_template_kwargs", "add_special_tokens"})
+
+
+@dataclass(frozen=True)
+class _Prompt:
+    """Messages as the server gets them: rendered to token ids once (/tokenize), or not
+    (ids None) and sent as chat messages with each request."""
+
+    messages: Messages
+    ids: list[int] | None
+    continues: bool = False  # the last message is a prefilled assistant turn to continue
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -110,6 +133,17 @@ def _served_models(response: Answer) -> list[str] | None:
     return [str(m.get("id", "?")) if isinstance(m, dict) else "?" for m in data]
 
 
+def _generated(response: Answer) -> dict[str, Any]:
+    """The JSON of a generation's (or /tokenize's) answer: a context-length 400 is
+    _ContextTooLong, any other 4xx BadInput."""
+    if response.status == 400 and _CONTEXT_ERROR.search(response.text):
+        raise _ContextTooLong(_error_message(response))
+    if response.status >= 400:
+        raise BadInput(f"the policy server refused the request (HTTP {response.status}): "
+                       f"{_error_message(response)}")
+    return orjson.loads(response.content)
+
+
 def drop_oldest_exchange(messages: Messages, keep_last: int = 0) -> Messages | None:
     """Messages without their oldest assistant+user pair after the initial ones (system +
     task); the last `keep_last` messages (a prefilled assistant turn) are kept. None when
@@ -121,65 +155,23 @@ def drop_oldest_exchange(messages: Messages, keep_last: int = 0) -> Messages | N
     return [*messages[:first], *messages[first + 2 :]]
 
 
-def _choice(data: dict[str, Any]) -> dict[str, Any]:
-    """The one choice of a one-sample answer."""
-    choices = data.get("choices") or []
-    if not choices:
-        raise Unavailable(f"the policy server answered without a choice: {str(data)[:300]}")
-    return choices[0]
-
-
-def _token_strings(choice: dict[str, Any]) -> list[str]:
-    content = (choice.get("logprobs") or {}).get("content") or []
-    return [entry.get("token", "") for entry in content]
-
-
-def _logprobs(choice: dict[str, Any]) -> list[float]:
-    content = (choice.get("logprobs") or {}).get("content") or []
-    return [float(entry["logprob"]) for entry in content]
-
-
-def _token_at(tokens: list[str], char_pos: int) -> int:
-    """Index of the token whose text covers char_pos in "".join(tokens)."""
-    end = 0
-    for i, token in enumerate(tokens):
-        end += len(token)
-        if end > char_pos:
-            return i
-    return -1
-
-
-def action_token_start(tokens: list[str]) -> int:
-    """The token that reaches the reply's action mark (prompts.action_mark); -1 if none does."""
-    match = prompts.action_mark("".join(tokens))
-    return _token_at(tokens, match.start()) if match else -1
-
-
-def _text_token_count(choice: dict[str, Any]) -> int:
-    """How many sampled tokens make the returned text and its eos: vLLM returns the tokens
-    that hold a stop string although the text leaves them out."""
-    tokens = _token_strings(choice)
-    stop = choice.get("stop_reason")
-    if isinstance(stop, str) and stop and (pos := "".join(tokens).find(stop)) >= 0:
-        starts = accumulate(map(len, tokens), initial=0)
-        return sum(1 for start, _ in zip(starts, tokens) if start < pos)
-    return len(tokens)
-
-
 def _cut_before_action(reply: Reply, valid_actions: tuple[str, ...]) -> bool:
     return reply.finish_reason == "length" and reply.action not in valid_actions
 
 
 class OpenAIPolicy(Policy):
-    """Policy over an OpenAI-compatible /chat/completions endpoint (one request per sample)."""
+    """Policy over an OpenAI-compatible server (one request per sample)."""
 
     name = "openai"
 
     def __init__(self, config: OpenAIConfig) -> None:
         self.config = config
         self.base_url = config.base_url.rstrip("/")
+        self._root = server_root(self.base_url)  # vLLM serves /tokenize here, beside the API root
+        self._api = self.base_url[len(self._root):]  # the API root's path from there ("/v1")
         self._exchange: Exchange | None = None
         self._slots = AdjustableLimit(config.concurrency, config.concurrency_ceiling)
+        self.renders_once = False  # start() sets it: the server renders prompts (/tokenize) and render_once is on
 
     # -- HTTP -------------------------------------------------------------------------
 
@@ -187,7 +179,7 @@ class OpenAIPolicy(Policy):
     def exchange(self) -> Exchange:
         if self._exchange is None:
             headers = {"authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else None
-            self._exchange = exchange_for(self.base_url, self.config.timeout_s, self.slots.ceiling + 4, headers,
+            self._exchange = exchange_for(self._root, self.config.timeout_s, self.slots.ceiling + 4, headers,
                                           connect_timeout_s=min(10.0, self.config.timeout_s))
         return self._exchange
 
@@ -252,36 +244,61 @@ class OpenAIPolicy(Policy):
             log.log(level, "policy server %s: %s; retrying (attempt %d, %.0f s so far)", self.base_url,
                     type(exc).__name__ if exc else "?", state.attempt_number, state.seconds_since_start or 0.0)
 
-    async def _chat(self, messages: Messages, body: dict[str, Any], keep_last: int = 0) -> tuple[dict[str, Any], float]:
-        """POST /chat/completions; on a context-length 400, drop the oldest exchange and retry."""
+    async def _generate(self, messages: Messages, body: dict[str, Any], *, continues: bool = False,
+                        prompt: _Prompt | None = None) -> Sample:
+        """One sample of these messages (`prompt`: as the caller rendered them); on a
+        context-length 400, drop the oldest exchange and go again."""
         while True:
             try:
-                return await self._chat_once(messages, body)
+                if prompt is None:
+                    prompt = await self._render(messages, continues)
+                return await self._generate_once(prompt, body)
             except _ContextTooLong as exc:
-                shorter = drop_oldest_exchange(messages, keep_last)
+                shorter = drop_oldest_exchange(messages, keep_last=int(continues))
                 if shorter is None:
                     raise BadInput(f"the prompt does not fit the model's context even with only "
                                    f"its initial messages: {exc}") from None
-                messages = shorter
+                messages, prompt = shorter, None
 
-    async def _chat_once(self, messages: Messages, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
-        payload = {"model": self.config.model, "messages": messages, **body, **self.config.extra_body}
+    async def _generate_once(self, prompt: _Prompt, body: dict[str, Any]) -> Sample:
+        extra = self.config.extra_body
+        if prompt.ids is None:
+            payload = {"model": self.config.model, "messages": prompt.messages, **body, "logprobs": True, **extra}
+            if prompt.continues:
+                payload |= {"continue_final_message": True, "add_generation_prompt": False}
+            return chat_sample(*await self._post_generation("/chat/completions", payload))
+        sampling = {k: v for k, v in extra.items() if k not in _RENDER_FIELDS}
+        payload = {"model": self.config.model, "prompt": prompt.ids, **body, "logprobs": 0, **sampling}
+        data, latency = await self._post_generation("/completions", payload)
+        return completion_sample(data, prompt.ids, latency)
+
+    async def _render(self, messages: Messages, continues: bool = False) -> _Prompt:
+        """The messages rendered to token ids by the server's chat template (/tokenize), when it
+        renders them; else as they are."""
+        if not self.renders_once:
+            return _Prompt(messages, None, continues)
+        rendering = {k: v for k, v in self.config.extra_body.items() if k in _RENDER_FIELDS}
+        payload = {"model": self.config.model, "messages": messages, "add_generation_prompt": not continues,
+                   "continue_final_message": continues, **rendering}
+        data = _generated(await self._send("POST", "/tokenize", payload))
+        ids = data.get("tokens")
+        if not isinstance(ids, list):
+            raise Unavailable(f"the policy server's /tokenize answered without token ids: {str(data)[:300]}")
+        return _Prompt(messages, ids, continues)
+
+    async def _post_generation(self, path: str, payload: dict[str, Any]) -> tuple[dict[str, Any], float]:
+        """POST a generation request under the in-flight limit; (its answer, its latency)."""
         async with self.slots:
             started = time.perf_counter()
             with self.meter.request():
-                response = await self._send("POST", "/chat/completions", payload)
+                response = await self._send("POST", self._api + path, payload)
             latency = time.perf_counter() - started
-        if response.status == 400 and _CONTEXT_ERROR.search(response.text):
-            raise _ContextTooLong(_error_message(response))
-        if response.status >= 400:
-            raise BadInput(f"the policy server refused the request (HTTP {response.status}): "
-                           f"{_error_message(response)}")
-        return orjson.loads(response.content), latency
+        return _generated(response), latency
 
     # -- Policy -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        response = await self._send("GET", "/models", startup=True)
+        response = await self._send("GET", self._api + "/models", startup=True)
         if response.status != 200:
             raise BadInput(f"{self.config.url_field}: {self.base_url}/models answered HTTP {response.status}: "
                            f"{_error_message(response)}")
@@ -292,14 +309,25 @@ class OpenAIPolicy(Policy):
         if self.config.model not in served:
             raise BadInput(f"policy.model: '{self.config.model}' is not served at {self.base_url}; "
                            f"it serves: {', '.join(served) or 'nothing'}")
+        self.renders_once = self.config.render_once and await self._serves_tokenize()
+        log.info("policy server %s: %s", self.base_url, "prompts rendered once (/tokenize), samples on /completions"
+                 if self.renders_once else "samples on /chat/completions")
+
+    async def _serves_tokenize(self) -> bool:
+        """Whether the server renders chat messages to token ids (vLLM's /tokenize)."""
+        probe = {"model": self.config.model, "messages": [{"role": "user", "content": "hi"}]}
+        response = await self._send("POST", "/tokenize", probe)
+        with suppress(ValueError, AttributeError):
+            return response.status == 200 and isinstance(orjson.loads(response.content).get("tokens"), list)
+        return False
 
     def _sampling(self, seed: int, temperature: float | None, max_tokens: int) -> dict[str, Any]:
+        """The request fields both endpoints share (each adds its logprobs field)."""
         return {
             "seed": seed,
             "temperature": self.config.temperature if temperature is None else temperature,
             "top_p": self.config.top_p,
             "max_tokens": max_tokens,
-            "logprobs": True,
             "return_token_ids": True,
         }
 
@@ -333,13 +361,17 @@ class OpenAIPolicy(Policy):
         if constrained_to:
             regex = prompts.action_regex(constrained_to, self.config.max_thought_chars)
             body["structured_outputs"] = {"regex": regex}
-        samples = (self._sample(messages, {**body, "seed": seed + i}, constrained_to) for i in range(n))
+        prompt = None
+        with suppress(_ContextTooLong):  # then each sample shortens the messages for itself
+            prompt = await self._render(messages)  # once: the samples share it
+        samples = (self._sample(messages, prompt, {**body, "seed": seed + i}, constrained_to) for i in range(n))
         return list(await asyncio.gather(*samples))
 
-    async def _sample(self, messages: Messages, body: dict[str, Any], constrained_to: tuple[str, ...] | None) -> Reply:
+    async def _sample(self, messages: Messages, prompt: _Prompt | None, body: dict[str, Any],
+                      constrained_to: tuple[str, ...] | None) -> Reply:
         """One propose request; a reply cut before its action gets one from act()."""
-        data, latency = await self._chat(messages, body)
-        reply = self._full_reply(data, _choice(data), body["seed"], body["temperature"], bool(constrained_to), latency)
+        sample = await self._generate(messages, body, prompt=prompt)
+        reply = _full_reply(sample, body["seed"], body["temperature"], bool(constrained_to))
         return await self._with_action(messages, reply, constrained_to) if constrained_to else reply
 
     async def _with_action(self, messages: Messages, reply: Reply, valid_actions: tuple[str, ...]) -> Reply:
@@ -359,35 +391,6 @@ class OpenAIPolicy(Policy):
         return replace(completed, prompt_tokens=reply.prompt_tokens + completed.prompt_tokens,
                        cached_tokens=cached, latency_s=reply.latency_s + completed.latency_s)
 
-    @staticmethod
-    def _full_reply(
-        data: dict[str, Any],
-        choice: dict[str, Any],
-        seed: int,
-        temperature: float,
-        constrained: bool,
-        latency: float,
-    ) -> Reply:
-        text = choice["message"].get("content") or ""
-        thought, action = prompts.parse_reply(text)
-        prompt_tokens, cached = _usage(data)
-        return Reply(
-            text=text,
-            thought=thought,
-            action=action,
-            token_ids=list(choice.get("token_ids") or []),
-            logprobs=_logprobs(choice),
-            action_token_start=action_token_start(_token_strings(choice)),
-            prompt_token_ids=data.get("prompt_token_ids"),
-            finish_reason=choice.get("finish_reason") or "stop",
-            constrained=constrained,
-            temperature=temperature,
-            seed=seed,
-            prompt_tokens=prompt_tokens,
-            cached_tokens=cached,
-            latency_s=latency,
-        )
-
     async def act(
         self,
         messages: Messages,
@@ -403,37 +406,48 @@ class OpenAIPolicy(Policy):
         constrained = self._constrained(valid_actions)
         prefill = [*messages, {"role": "assistant", "content": prompts.thought_prefix(thought.thought)}]
         body = self._sampling(seed, temperature, self.config.action_max_tokens)
-        body |= {"continue_final_message": True, "add_generation_prompt": False}
         if constrained and valid_actions:
             body["structured_outputs"] = {"choice": list(valid_actions)}
             body["max_tokens"] = max(len(a.encode()) for a in valid_actions) + 8
         else:
             body["stop"] = ["\n"]
-        data, latency = await self._chat(prefill, body, keep_last=1)
-        choice = _choice(data)
-        action = (choice["message"].get("content") or "").strip()
-        keep = _text_token_count(choice)
-        prompt_tokens, cached = _usage(data)
+        sample = await self._generate(prefill, body, continues=True)
+        action = sample.text.strip()
+        keep = sample.text_token_count
         return Reply(
             text=prompts.turn(thought.thought, action),
             thought=thought.thought,
             action=action,
-            token_ids=[*thought.token_ids, *(choice.get("token_ids") or [])[:keep]],
-            logprobs=[*thought.logprobs, *_logprobs(choice)[:keep]],
+            token_ids=[*thought.token_ids, *sample.token_ids[:keep]],
+            logprobs=[*thought.logprobs, *sample.logprobs[:keep]],
             action_token_start=len(thought.token_ids),
             prompt_token_ids=thought.prompt_token_ids,
-            finish_reason=choice.get("finish_reason") or "stop",
+            finish_reason=sample.finish_reason,
             constrained=constrained,
             temperature=body["temperature"],
             seed=seed,
-            prompt_tokens=prompt_tokens,
-            cached_tokens=cached,
-            latency_s=latency,
+            prompt_tokens=sample.prompt_tokens,
+            cached_tokens=sample.cached_tokens,
+            latency_s=sample.latency_s,
         )
 
 
-def _usage(data: dict[str, Any]) -> tuple[int, int | None]:
-    """(prompt_tokens, cached_tokens) of a request."""
-    usage = data.get("usage") or {}
-    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-    return int(usage.get("prompt_tokens") or 0), cached
+def _full_reply(sample: Sample, seed: int, temperature: float, constrained: bool) -> Reply:
+    thought, action = prompts.parse_reply(sample.text)
+    return Reply(
+        text=sample.text,
+        thought=thought,
+        action=action,
+        token_ids=sample.token_ids,
+        logprobs=sample.logprobs,
+        action_token_start=sample.action_token_start,
+        prompt_token_ids=sample.prompt_token_ids,
+        finish_reason=sample.finish_reason,
+        constrained=constrained,
+        temperature=temperature,
+        seed=seed,
+        prompt_tokens=sample.prompt_tokens,
+        cached_tokens=sample.cached_tokens,
+        latency_s=sample.latency_s,
+    )
+
