@@ -55,7 +55,9 @@ from thicket.vllm_server import VLLMServer, prefix_cache_counters, server_root
 END_LOGIT = 3.6  # the tiny model's eos and newline: ~5% a token each
 
 
-_CHAT_ONLY = ("messages", "logprobs", "top_logprobs", "continue_final_message", "add_generation_prompt")
+# what a variant sets for itself: the prompt (ids, or chat messages and their rendering) and logprobs
+_PROMPT_AND_LOGPROBS = ("prompt", "messages", "continue_final_message", "add_generation_prompt", "logprobs",
+                        "top_logprobs")
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,7 @@ class Sent:
         """The same request on /completions with its prompt ids (as the sweep sends it to a
         server with /tokenize): sampling kept; logprobs 0 (the sampled token's) or none; its
         grammar and its seed kept or left out."""
-        body = {k: v for k, v in self.body.items() if k not in (*_CHAT_ONLY, "prompt")}
+        body = {k: v for k, v in self.body.items() if k not in _PROMPT_AND_LOGPROBS}
         if not seed:
             body.pop("seed", None)
         if not grammar:  # nothing then ends the sample where the grammar did: it runs to its length

@@ -172,6 +172,9 @@ class OpenAIPolicy(Policy):
         self._exchange: Exchange | None = None
         self._slots = AdjustableLimit(config.concurrency, config.concurrency_ceiling)
         self.renders_once = False  # start() sets it: the server renders prompts (/tokenize) and render_once is on
+        extra = config.extra_body  # with prompts rendered once, its rendering fields go to /tokenize, the rest to /completions
+        self._render_extra = {k: v for k, v in extra.items() if k in _RENDER_FIELDS}
+        self._completion_extra = {k: v for k, v in extra.items() if k not in _RENDER_FIELDS}
 
     # -- HTTP -------------------------------------------------------------------------
 
@@ -261,14 +264,13 @@ class OpenAIPolicy(Policy):
                 messages, prompt = shorter, None
 
     async def _generate_once(self, prompt: _Prompt, body: dict[str, Any]) -> Sample:
-        extra = self.config.extra_body
         if prompt.ids is None:
-            payload = {"model": self.config.model, "messages": prompt.messages, **body, "logprobs": True, **extra}
+            payload = {"model": self.config.model, "messages": prompt.messages, **body, "logprobs": True,
+                       **self.config.extra_body}
             if prompt.continues:
                 payload |= {"continue_final_message": True, "add_generation_prompt": False}
             return chat_sample(*await self._post_generation("/chat/completions", payload))
-        sampling = {k: v for k, v in extra.items() if k not in _RENDER_FIELDS}
-        payload = {"model": self.config.model, "prompt": prompt.ids, **body, "logprobs": 0, **sampling}
+        payload = {"model": self.config.model, "prompt": prompt.ids, **body, "logprobs": 0, **self._completion_extra}
         data, latency = await self._post_generation("/completions", payload)
         return completion_sample(data, prompt.ids, latency)
 
@@ -277,9 +279,8 @@ class OpenAIPolicy(Policy):
         renders them; else as they are."""
         if not self.renders_once:
             return _Prompt(messages, None, continues)
-        rendering = {k: v for k, v in self.config.extra_body.items() if k in _RENDER_FIELDS}
         payload = {"model": self.config.model, "messages": messages, "add_generation_prompt": not continues,
-                   "continue_final_message": continues, **rendering}
+                   "continue_final_message": continues, **self._render_extra}
         data = _generated(await self._send("POST", "/tokenize", payload))
         ids = data.get("tokens")
         if not isinstance(ids, list):
@@ -414,7 +415,8 @@ class OpenAIPolicy(Policy):
         sample = await self._generate(prefill, body, continues=True)
         action = sample.text.strip()
         keep = sample.text_token_count
-        return Reply(
+        return replace(
+            _full_reply(sample, seed, body["temperature"], constrained),  # the request's reason, usage, latency
             text=prompts.turn(thought.thought, action),
             thought=thought.thought,
             action=action,
@@ -422,13 +424,6 @@ class OpenAIPolicy(Policy):
             logprobs=[*thought.logprobs, *sample.logprobs[:keep]],
             action_token_start=len(thought.token_ids),
             prompt_token_ids=thought.prompt_token_ids,
-            finish_reason=sample.finish_reason,
-            constrained=constrained,
-            temperature=body["temperature"],
-            seed=seed,
-            prompt_tokens=sample.prompt_tokens,
-            cached_tokens=sample.cached_tokens,
-            latency_s=sample.latency_s,
         )
 
 
