@@ -1,6 +1,8 @@
 """What the action grammar costs vLLM's grammar engine (xgrammar, vLLM's default backend):
 compile time per distinct set of valid actions, and matching time per generated token, for a
-bounded thought ([^\\n]{0,N}) against an unbounded one ([^\\n]*), over vocabulary sizes.
+bounded thought ([^\\n]{0,N}) against an unbounded one ([^\\n]*), over vocabulary sizes; and
+the parse that vLLM's API server runs on every request's grammar before accepting it, for the
+EBNF grammar thicket sends against the same language as a regex.
 
     .venv-vllm/bin/python bench/grammar.py [--vocab 600 8000 32000] [--actions 30 200] [--bounds 24 200]
 
@@ -13,9 +15,11 @@ next-token bitmask, then accept the sampled token.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -59,11 +63,24 @@ def tokenizer(vocab: int, texts: list[str]) -> transformers.PreTrainedTokenizerF
     return transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<eos>")
 
 
-def measure(compiler: xgrammar.GrammarCompiler, info: xgrammar.TokenizerInfo, regex: str,
+def as_regex(actions: tuple[str, ...], thought: str) -> str:
+    """The action grammar's language as a regex (only regex metacharacters escaped)."""
+    literals = "|".join(re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", a) for a in actions)
+    return f"Thought: {thought}\\nAction: ({literals})"
+
+
+def parse_ms(parse: Callable[[str], object], text: str, times: int = 20) -> float:
+    started = time.perf_counter()
+    for _ in range(times):
+        parse(text)
+    return (time.perf_counter() - started) / times * 1000
+
+
+def measure(compiler: xgrammar.GrammarCompiler, info: xgrammar.TokenizerInfo, ebnf: str,
             ids: list[int]) -> tuple[float, float, int]:
     """(compile ms, matching us a token, tokens matched)."""
     started = time.perf_counter()
-    grammar = compiler.compile_regex(regex)
+    grammar = compiler.compile_grammar(ebnf)
     compile_ms = (time.perf_counter() - started) * 1000
     matcher = xgrammar.GrammarMatcher(grammar)
     bitmask = xgrammar.allocate_token_bitmask(1, info.vocab_size)
@@ -92,11 +109,13 @@ def main() -> None:
         ids = tok.encode(THOUGHT, add_special_tokens=False)
         for count in args.actions:
             for bound in [0, *args.bounds]:
-                regex = prompts.action_regex(actions[:count], bound)
-                compile_ms, match_us, matched = measure(compiler, info, regex, ids)
-                thought = f"[^\\n]{{0,{bound}}}" if bound else "[^\\n]*"
-                print(f"vocab {len(tok):6,d}  actions {count:4d}  thought {thought:13s} compile {compile_ms:8.1f} ms  "
-                      f"match {match_us:7.1f} us a token (over {matched} tokens)", flush=True)
+                ebnf = prompts.action_grammar(actions[:count], bound)
+                compile_ms, match_us, matched = measure(compiler, info, ebnf, ids)
+                check_ms = parse_ms(xgrammar.Grammar.from_ebnf, ebnf)
+                regex_ms = parse_ms(xgrammar.Grammar.from_regex, as_regex(actions[:count], prompts.thought_rule(bound)))
+                print(f"vocab {len(tok):6,d}  actions {count:4d}  thought {prompts.thought_rule(bound):13s} "
+                      f"compile {compile_ms:8.1f} ms  match {match_us:7.1f} us a token (over {matched} tokens)  "
+                      f"request check {check_ms:.3f} ms (as a regex {regex_ms:.3f} ms)", flush=True)
 
 
 if __name__ == "__main__":

@@ -351,7 +351,7 @@ def main() -> None:
                              "/tokenize, the samples on /completions)")
     parser.add_argument("--max-thought-chars", type=int, default=0,
                         help="the sweep's policy.max_thought_chars (default 0, the product's: a thought line of any "
-                             "length; a bound costs the server per token, see prompts.thought_regex)")
+                             "length; a bound costs the server per token, see prompts.thought_rule)")
     parser.add_argument("--end-logit", type=float, default=END_LOGIT,
                         help="the tiny model's boost of its eos and newline logits, so that it ends its thoughts "
                              "and turns (~5%% a token each at 3.6) like a trained model; with 0, a thought runs into "

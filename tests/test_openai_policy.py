@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import sys
 import time
 import uuid
@@ -17,6 +18,7 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.http_stub import QuietHandler, serving
@@ -122,6 +124,55 @@ async def test_unbounded_thoughts_still_end_in_valid_actions(vllm_server: VLLMSe
         assert reply.text == prompts.turn(reply.thought, reply.action)
         assert 0 < reply.action_token_start < len(reply.token_ids)
         assert_sampled(reply)
+
+
+ODD_ACTIONS = ("put 1 oak log in box #2 & close it", "look at a.b (c)?", "say ~x+y* [z] {w} | $v ^u \\t")
+
+
+def test_action_grammar_holds_each_action_literally() -> None:
+    grammar = prompts.action_grammar(ODD_ACTIONS + VALID + ('say "hi"\n\tok',), 0)
+    assert "\n" not in grammar  # one line: vLLM reads a grammar line by line to tell EBNF from Lark
+    head, choices = grammar.split(' "\\nAction: " ')
+    assert head == 'root ::= "Thought: " [^\\n]*'
+    literals = re.findall(r'"(?:[^"\\]|\\.)*"', choices)
+    assert [json.loads(literal) for literal in literals] == [*ODD_ACTIONS, *VALID, 'say "hi"\n\tok']
+    assert choices == "(" + " | ".join(literals) + ")"
+    assert "{0,24}" in prompts.action_grammar(VALID, 24)
+
+
+@pytest.mark.vllm
+async def test_the_server_reads_action_grammars_without_warnings(vllm_server: VLLMServer) -> None:
+    """xgrammar warned once per escape it does not know (re.escape's escaped spaces), for
+    every request: hundreds of log lines each. The log must stay quiet, the actions whole."""
+    assert vllm_server.log_path is not None
+    logged = vllm_server.log_path.stat().st_size
+    async with started(served(vllm_server, constrain_actions=True)) as policy:
+        replies = await policy.propose(TASK, 8, valid_actions=ODD_ACTIONS + VALID, seed=7, temperature=1.0)
+    assert {r.action for r in replies} <= set(ODD_ACTIONS + VALID)
+    with vllm_server.log_path.open("rb") as log:
+        log.seek(logged)
+        assert b"is not recognized" not in log.read()
+
+
+@pytest.mark.vllm
+async def test_the_action_grammar_samples_as_the_same_language_as_a_regex(vllm_server: VLLMServer) -> None:
+    """The EBNF grammar is the language the regex was (a bounded thought line, then one
+    action), so the server masks the same tokens: the same seeds give the same samples."""
+    actions = ODD_ACTIONS + VALID
+    literal = "|".join(re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", a) for a in actions)
+    regex = f"Thought: [^\\n]{{0,24}}\\nAction: ({literal})"
+    ebnf = prompts.action_grammar(actions, 24)
+    body = {"model": vllm_server.served_name, "prompt": "Act now.", "max_tokens": 200, "temperature": 1.0,
+            "return_token_ids": True}
+    async with httpx.AsyncClient(base_url=vllm_server.url, timeout=120) as client:
+        async def sample(constraint: dict[str, str], seed: int) -> dict[str, Any]:
+            answer = await client.post("/completions", json=body | {"seed": seed, "structured_outputs": constraint})
+            answer.raise_for_status()
+            return answer.json()["choices"][0]
+        for seed in range(6):
+            by_regex, by_grammar = await asyncio.gather(sample({"regex": regex}, seed), sample({"grammar": ebnf}, seed))
+            assert by_grammar["token_ids"] == by_regex["token_ids"] and by_grammar["text"] == by_regex["text"]
+            assert prompts.parse_reply(by_grammar["text"])[1] in actions
 
 
 @pytest.mark.vllm
@@ -336,7 +387,7 @@ async def test_request_fields_sent() -> None:
     propose = proposes[0]
     assert propose.get("n", 1) == 1 and propose["logprobs"] is True
     assert propose["return_token_ids"] is True
-    assert propose["structured_outputs"] == {"regex": prompts.action_regex(VALID, 24)}
+    assert propose["structured_outputs"] == {"grammar": prompts.action_grammar(VALID, 24)}
     assert not any(key.startswith("guided_") for key in propose)
     assert act["structured_outputs"] == {"choice": list(VALID)}
     assert act["continue_final_message"] is True and act["add_generation_prompt"] is False
@@ -391,7 +442,7 @@ async def test_a_server_with_tokenize_renders_each_prompt_once() -> None:
     assert sorted(body["seed"] for _, body in samples) == [40, 41, 42]
     body = samples[0][1]
     assert body["prompt"] == [1, 2, 3] and body["logprobs"] == 0 and body["return_token_ids"] is True
-    assert body["structured_outputs"] == {"regex": prompts.action_regex(VALID, 24)}
+    assert body["structured_outputs"] == {"grammar": prompts.action_grammar(VALID, 24)}
     assert "messages" not in body and "chat_template_kwargs" not in body
     assert act_render[1]["continue_final_message"] is True and act_render[1]["add_generation_prompt"] is False
     assert act_render[1]["messages"][-1] == {"role": "assistant", "content": "Thought: hm\nAction: "}
@@ -443,8 +494,8 @@ async def test_a_constrained_reply_cut_before_its_action_is_completed_by_act(
         [reply] = await policy.propose(TASK, 1, valid_actions=VALID, seed=40)
         await policy.close()
     propose, act = bodies
-    assert propose["structured_outputs"] == {"regex": prompts.action_regex(VALID, 0)}
-    assert "[^\\n]*" in propose["structured_outputs"]["regex"]  # unbounded: cheap for the grammar
+    assert propose["structured_outputs"] == {"grammar": prompts.action_grammar(VALID, 0)}
+    assert "[^\\n]*" in propose["structured_outputs"]["grammar"]  # unbounded: cheap for the grammar
     assert act["structured_outputs"] == {"choice": list(VALID)} and act["seed"] == 40
     assert act["messages"][-1] == {"role": "assistant", "content": f"Thought: {thought}\nAction: "}
     assert reply.action == "inventory" and reply.thought == thought and reply.constrained

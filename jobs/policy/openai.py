@@ -360,8 +360,8 @@ class OpenAIPolicy(Policy):
         max_tokens = self._reply_budget(constrained_to) if constrained_to else self.config.max_tokens
         body = self._sampling(seed, temperature, max_tokens)  # built once: the samples differ in their seed
         if constrained_to:
-            regex = prompts.action_regex(constrained_to, self.config.max_thought_chars)
-            body["structured_outputs"] = {"regex": regex}
+            grammar = prompts.action_grammar(constrained_to, self.config.max_thought_chars)
+            body["structured_outputs"] = {"grammar": grammar}
         prompt = None
         with suppress(_ContextTooLong):  # then each sample shortens the messages for itself
             prompt = await self._render(messages)  # once: the samples share it

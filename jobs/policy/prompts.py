@@ -62,7 +62,7 @@ def parse_reply(text: str) -> tuple[str, str]:
     return (head[thought.end():] if thought else head).strip(), action
 
 
-def thought_regex(max_thought_chars: int) -> str:
+def thought_rule(max_thought_chars: int) -> str:
     """One line of thought: at most max_thought_chars characters, or any number with 0.
 
     A bound costs the server: xgrammar unrolls [^\\n]{0,N} into N grammar states, so with a
@@ -72,10 +72,30 @@ def thought_regex(max_thought_chars: int) -> str:
     return f"[^\\n]{{0,{max_thought_chars}}}" if max_thought_chars > 0 else "[^\\n]*"
 
 
-def action_regex(valid_actions: tuple[str, ...], max_thought_chars: int) -> str:
-    """A regex for structured outputs: a one-line thought, then one valid action."""
-    choices = "|".join(re.escape(a) for a in valid_actions)
-    return f"Thought: {thought_regex(max_thought_chars)}\\nAction: ({choices})"
+_EBNF_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def ebnf_literal(text: str) -> str:
+    """text as a string literal of xgrammar's EBNF (its escapes are JSON's: a literal parses
+    as a JSON string)."""
+    def escaped(c: str) -> str:
+        if c in _EBNF_ESCAPES:
+            return _EBNF_ESCAPES[c]
+        return f"\\u{ord(c):04x}" if ord(c) < 0x20 or ord(c) == 0x7F else c
+    return '"' + "".join(escaped(c) for c in text) + '"'
+
+
+def action_grammar(valid_actions: tuple[str, ...], max_thought_chars: int) -> str:
+    """An EBNF grammar for structured outputs (vLLM's `grammar`): a one-line thought, then
+    one valid action, on one line (vLLM tells EBNF from Lark line by line).
+
+    EBNF rather than a regex of the same language: vLLM's API server parses each request's grammar
+    before it accepts the request, and xgrammar parses this EBNF ~10x faster (0.04 against
+    0.46 ms for 63-98 TextCraft actions), on the one process that serves every request. A
+    regex built with re.escape was worse still: xgrammar logged a warning for each escaped
+    space, ~330 lines (64 KB) of server log per TextCraft request."""
+    choices = " | ".join(ebnf_literal(a) for a in valid_actions)
+    return f'root ::= "Thought: " {thought_rule(max_thought_chars)} "\\nAction: " ({choices})'
 
 
 def extend(messages: Messages, reply_text: str, observation: dict[str, str]) -> Messages:
