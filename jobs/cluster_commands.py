@@ -1,11 +1,13 @@
-"""Cluster commands of the `thicket` CLI: render, submit, status, logs, cancel, wait-job.
+"""Cluster commands of the `thicket` CLI: render, submit, status, logs, cancel, wait-job, rehearse.
 
 Registered on the main group in thicket.cli; the kubernetes client is imported only when a
-command talks to a cluster.
+command talks to a cluster from outside it (kubeconfig); in a pod, thicket.cluster speaks to the
+API server itself.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -154,5 +156,46 @@ def wait_job(job: str, namespace: str | None, context: str | None, timeout: floa
         click.echo(f"job/{job} failed: going on with the tasks it committed", err=True)
 
 
-COMMANDS: list[click.Command] = [render, submit, status, logs, cancel, wait_job]
+@click.command()
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option("--index", type=click.IntRange(min=0), default=0, show_default=True, help="The rollout Job's index to run.")
+@click.option("--workdir", type=click.Path(file_okay=False), help="Pod files, volumes and logs (default: out/rehearsal/NAME).")
+@click.option("--timeout", type=click.FloatRange(min=1), default=1800, show_default=True, help="Seconds each pod may run.")
+@click.option("--version", "image_version", help="Tag of the local images (default: thicket's version).")
+@click.option("--aggregate/--no-aggregate", "then_aggregate", default=True, help="Run the aggregation pod after the rollout pod.")
+@click.option("--pull", "pull_to", type=click.Path(file_okay=False), help="Then `thicket pull` the sweep into this folder.")
+def rehearse(spec: str, index: int, workdir: str | None, timeout: float, image_version: str | None,
+             then_aggregate: bool, pull_to: str | None) -> None:
+    """Run SPEC's rendered rollout pod (one index) and aggregation pod with podman, against a local S3."""
+    from thicket import __version__
+    from thicket.rehearsal import End, Images, LocalS3, Rehearsal, sweep_uri
+
+    s = load_spec(spec)
+    folder = Path(workdir or f"out/rehearsal/{s.name}")
+    rehearsal = Rehearsal(s, index, Images.local(image_version or __version__), folder, timeout_s=timeout,
+                          aggregate=then_aggregate)
+    s3: LocalS3 | None = None
+    for step in rehearsal.run():
+        if isinstance(step, LocalS3):
+            s3 = step
+            click.echo(f"local S3 {s3.host_url} (container {s3.container}; pods reach it at {s3.pod_url})")
+            continue
+        click.echo(step.reason())
+        if step.end is not End.SUCCEEDED:
+            click.echo(f"logs: {folder / 'logs'}", err=True)
+            sys.exit(step.exit_code())
+    assert s3 is not None
+    uri = sweep_uri(s, s3)
+    access = f"AWS_ENDPOINT_URL={s3.host_url} AWS_ACCESS_KEY_ID=rehearsal AWS_SECRET_ACCESS_KEY=rehearsal"
+    click.echo(f"datasets: {uri}/datasets on the local S3; fetch them with\n  {access} thicket pull {uri} DIR")
+    click.echo(f"stop the local S3 (its data goes with it): podman rm -f {s3.container}")
+    if pull_to:
+        from thicket.pull import pull_sweep
+        from thicket.rehearsal import S3_ACCESS
+
+        os.environ.update({**S3_ACCESS, "AWS_ENDPOINT_URL": s3.host_url})
+        click.echo(pull_sweep(uri, Path(pull_to), progress=False).line())
+
+
+COMMANDS: list[click.Command] = [render, submit, status, logs, cancel, wait_job, rehearse]
 __all__ = ["COMMANDS"]

@@ -30,6 +30,7 @@ from thicket.cluster_spec import EnvSidecar, Resources
 from thicket.errors import BadInput, ThicketError
 from thicket.logs import FORMAT_VARIABLE as LOG_FORMAT_VARIABLE
 from thicket.spec import SweepSpec, parse_spec
+from thicket.vllm_server import COMMON_ARGS
 
 Obj = dict[str, Any]
 
@@ -222,16 +223,34 @@ def _env_sidecar(spec: SweepSpec, sidecar: EnvSidecar, index: int) -> Obj:
     }
 
 
+def pod_model(spec: SweepSpec) -> str:
+    """What the pod's vLLM loads: a hub id, or an absolute path inside the model cache mount. A path
+    on this machine (relative, or absolute elsewhere) would be taken for a hub id in the pod."""
+    c = spec.cluster
+    model = c.model or spec.policy.model or ""
+    field = "cluster.model" if c.model else "policy.model (cluster.model unset)"
+    cache = c.model_cache_path.rstrip("/") + "/"
+    if model.startswith("/"):
+        if not model.startswith(cache):
+            raise BadInput(f"{field}: {model!r} is outside the model cache ({c.model_cache_path}), which is all "
+                           "the pod's vLLM can see; use a hub id or a path under cluster.model_cache_path")
+    elif model.startswith(("./", "../", "~")) or Path(model).is_dir():
+        raise BadInput(f"{field}: {model!r} is a folder on this machine, which a pod cannot see; set cluster.model "
+                       f"to a hub id, or copy the folder into the model cache and name it there "
+                       f"(e.g. {cache}{Path(model).name})")
+    return model
+
+
 def vllm_args(spec: SweepSpec) -> list[str]:
     c = spec.cluster
     args = [
-        "--model", c.model or spec.policy.model or "",
+        "--model", pod_model(spec),
         "--served-model-name", served_model_name(spec),
         "--host", "0.0.0.0",  # kubelet probes reach the pod IP
         "--port", str(c.vllm_port),
-        "--enable-prefix-caching",
+        *COMMON_ARGS,  # as `thicket run` starts vLLM: prefix caching, cached_tokens in usage
     ]
-    extra = [a for a in c.vllm_args if a != "--enable-prefix-caching"]
+    extra = [a for a in c.vllm_args if a not in COMMON_ARGS]
     flags = {a.split("=", 1)[0] for a in extra}
     if c.gpus > 1 and not flags & {"--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp"}:
         args += ["--tensor-parallel-size", str(c.gpus)]

@@ -1,7 +1,13 @@
-"""Environment registry: family name -> factory taking the spec's `env_args`."""
+"""Environment registry: family name -> factory taking the spec's `env_args`.
+
+The built-in families are known by name without importing them: a family's module (and its game
+package, which may not be installed: the worker image carries none of them) is imported when an
+env of it is first made.
+"""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -9,6 +15,22 @@ from thicket.envs.protocol import Env, Observation, SyncEnv, Transition
 
 EnvFactory = Callable[..., Env]
 _REGISTRY: dict[str, EnvFactory] = {}
+# family -> (module under thicket.envs that registers it, the extra that installs its packages)
+BUILTINS: dict[str, tuple[str, str]] = {
+    "babyai": ("babyai", "envs"),
+    "cliffwalking": ("toytext", "envs"),
+    "frozenlake": ("toytext", "envs"),
+    "math": ("math_code", "envs"),
+    "sciworld": ("sciworld", "sciworld"),
+    "taxi": ("toytext", "envs"),
+    "textarena": ("textarena_games", "envs"),
+    "textcraft": ("textcraft", "envs"),
+    "textworld": ("textworld_games", "envs"),
+}
+
+
+class EnvNotInstalled(ImportError):
+    """A built-in family whose game package is not installed here."""
 
 
 def register(name: str) -> Callable[[EnvFactory], EnvFactory]:
@@ -20,21 +42,30 @@ def register(name: str) -> Callable[[EnvFactory], EnvFactory]:
 
 
 def env_names() -> list[str]:
-    _load_builtins()
-    return sorted(_REGISTRY)
+    return sorted({*BUILTINS, *_REGISTRY})
 
 
 def make_env(name: str, **env_args: Any) -> Env:
-    _load_builtins()
+    require(name)
     if name not in _REGISTRY:
         raise KeyError(name)
     return _REGISTRY[name](**env_args)
 
 
-def _load_builtins() -> None:
-    from thicket.envs import textcraft, toytext  # noqa: F401  (registers on import)
-    # These import their (heavy) game packages only when an env is made.
-    from thicket.envs import babyai, math_code, sciworld, textarena_games, textworld_games  # noqa: F401
+def require(name: str) -> None:
+    """Import a built-in family's module, or raise EnvNotInstalled naming the extra to install."""
+    if name in _REGISTRY or name not in BUILTINS:
+        return
+    module, extra = BUILTINS[name]
+    try:
+        importlib.import_module(f"thicket.envs.{module}")  # registers on import
+    except ModuleNotFoundError as err:
+        if (err.name or "").startswith("thicket"):
+            raise
+        raise EnvNotInstalled(
+            f"env {name!r} needs the package {err.name!r}, not installed here: pip install 'thicket[{extra}]' "
+            "(or use the env image as its sidecar)"
+        ) from err
 
 
-__all__ = ["Env", "Observation", "SyncEnv", "Transition", "env_names", "make_env", "register"]
+__all__ = ["BUILTINS", "Env", "EnvNotInstalled", "require", "Observation", "SyncEnv", "Transition", "env_names", "make_env", "register"]

@@ -58,7 +58,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from thicket.envs import env_names, make_env
+from thicket.envs import EnvNotInstalled, env_names, make_env, require
 from thicket.envs.protocol import Env, Observation, Transition
 from thicket.errors import BadInput, Unavailable
 
@@ -790,6 +790,11 @@ def check_families(families: tuple[str, ...]) -> None:
     unknown = [f for f in families if f not in env_names()]
     if unknown:
         raise BadInput(f"serve-env: unknown env {unknown[0]!r}; expected one of {', '.join(env_names())}")
+    for family in families:
+        try:
+            require(family)
+        except EnvNotInstalled as err:
+            raise BadInput(f"serve-env: {err}") from None
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -22,10 +22,10 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import IO
 
-from thicket.envs import make_env
+from thicket.envs import EnvNotInstalled, make_env, require
 from thicket.envs.client import Adapter, ClientConfig, EnvClient, RemoteEnv
 from thicket.envs.protocol import Env
-from thicket.errors import Unavailable
+from thicket.errors import BadInput, Unavailable
 from thicket.spec import EnvServerSpec, TasksSpec
 from thicket.vllm_server import free_port
 
@@ -140,6 +140,10 @@ class EnvServerProcess:
 
 
 def in_process(tasks: TasksSpec) -> NewEnv:
+    try:
+        require(tasks.env)
+    except EnvNotInstalled as err:
+        raise BadInput(f"tasks.env_server.mode in_process: {err}") from None
     return lambda: make_env(tasks.env, **tasks.env_args)
 
 
