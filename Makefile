@@ -74,7 +74,7 @@ clean:
 # make status SWEEP=name [NAMESPACE=ns]   make aggregate SWEEP_URI=s3://b/p/name
 # make pull SWEEP_URI=s3://b/p/name [DEST=data]
 # make images [REGISTRY=...] [DOCKER=podman|docker] [IMAGES="worker env"]   make push REGISTRY=...
-# make pod-demo   the demo sweep's rendered pods run with podman against a local S3 (README)
+# make pod-demo   the demo sweep's rendered pods run with podman against a local S3 (docs/kubernetes.md)
 KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo $(BIN)/kubectl)
 DOCKER ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
 REGISTRY ?= ghcr.io/thicket

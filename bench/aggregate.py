@@ -47,7 +47,7 @@ import numpy as np
 import pyarrow as pa
 
 from thicket.aggregate.source import BATCH_NODES
-from thicket.storage.shards import TREE_SCHEMA, write_shards
+from thicket.shards.storage import TREE_SCHEMA, write_shards
 from thicket.storage.store import LocalStore
 
 
@@ -199,7 +199,7 @@ def generate(folder: str, total_nodes: int, shape: Shape, per_shard: int = 1, se
 def replicate(source: str, folder: str, total_nodes: int, per_shard: int = 1) -> tuple[int, int]:
     """A sweep's committed trees, committed again under new task ids (its spec copied),
     over and over until they hold total_nodes: the aggregation of real trees at scale."""
-    from thicket.storage.shards import iter_shards
+    from thicket.shards.storage import iter_shards
 
     origin = LocalStore(source)
     tables = [table for _, table in iter_shards(origin)]
@@ -238,8 +238,8 @@ def stages(folder: str, trees: int) -> None:
     from thicket.aggregate.driver import DATASET_SCHEMAS, Job, build_forest
     from thicket.aggregate.params import DatasetsSpec
     from thicket.aggregate.source import batches, decode, fetch
-    from thicket.storage.shards import committed_shards
     from thicket.aggregate.writer import DatasetWriter
+    from thicket.shards.storage import committed_shards
 
     class Unwritten(ThreadPoolExecutor):  # the writers' parts are encoded below, on their own
         def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:

@@ -9,7 +9,7 @@ import argparse
 import asyncio
 import tempfile
 
-from thicket.runner import run_tasks
+from thicket.rollout.sweep import run_tasks
 from thicket.spec import parse_spec
 
 

@@ -15,7 +15,7 @@ from thicket.envs import make_env
 from thicket.policy.uniform import UniformPolicy
 from thicket.search import ALGORITHMS, grow
 from thicket.search.expand import Expander
-from thicket.shard import TreeMeta, tree_table
+from thicket.shards.table import TreeMeta, tree_table
 
 PARAMS = {
     "mcts": {"iterations": 30, "expansions": 4},

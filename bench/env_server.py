@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from thicket.envs.client import ClientConfig, EnvClient, RemoteEnv
-from thicket.envs.sidecar import EnvServerProcess
+from thicket.envs.client import ClientConfig, EnvClient
+from thicket.envs.process import EnvServerProcess
+from thicket.envs.remote import RemoteEnv
 from thicket.envs.textcraft import TextCraftEnv
 
 TASKS = 8  # tasks cycled through (their generation is paid before timing)

@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from thicket.envs.client import ClientConfig, EnvClient
+from thicket.envs.process import EnvServerProcess
 from thicket.envs.protocol import Env
 from thicket.envs.sciworld import ScienceWorldEnv
-from thicket.envs.sidecar import EnvServerProcess
 
 WARM_SEED = 1000  # seeds of the untimed steps (the timed ones use 0..envs-1)
 TASKS = 8  # task indices cycled through (each env warms them all before timing)

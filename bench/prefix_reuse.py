@@ -12,7 +12,7 @@ import asyncio
 import tempfile
 from pathlib import Path
 
-from thicket.runner import run_tasks
+from thicket.rollout.sweep import run_tasks
 from thicket.spec import parse_spec
 from thicket.tiny_model import build_tiny_model
 

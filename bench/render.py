@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from thicket.manifests import render, to_yaml
+from thicket.k8s.render import render, to_yaml
 from thicket.spec import parse_spec
 
 

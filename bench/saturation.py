@@ -44,9 +44,10 @@ import httpx
 import orjson
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
-from thicket import commits, worker
 from thicket.policy.openai import OpenAIPolicy
-from thicket.runner import run_tasks
+from thicket.rollout import worker
+from thicket.rollout.sweep import run_tasks
+from thicket.shards import batcher
 from thicket.spec import parse_spec
 from thicket.tiny_model import SIZES, build_tiny_model
 from thicket.transport import exchange_for
@@ -126,7 +127,7 @@ def record(recorder: Recorder) -> None:
 
     OpenAIPolicy._post_generation = recorded  # type: ignore[method-assign]
     worker.tree_table = timed(worker.tree_table)  # laying a tree out as a table, then writing its batch
-    commits.write_shards = timed(commits.write_shards)
+    batcher.write_shards = timed(batcher.write_shards)
 
 
 SEARCHES = {

@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 from aggregate import Shape, synthetic_tree
+
 from thicket.aggregate.source import COLUMNS
-from thicket.storage.shards import DICTIONARY_COLUMNS, to_parquet
+from thicket.shards.storage import DICTIONARY_COLUMNS, to_parquet
 
 ENCODINGS: dict[str, dict[str, Any]] = {
     "zstd, every dictionary, statistics (before)": {"compression": "zstd"},

@@ -55,7 +55,8 @@ def validate(spec: str) -> None:
     click.echo(f"tasks   {s.tasks.env} {s.tasks.start}-{s.tasks.stop - 1} ({s.tasks.count} tasks, {len(ranges)} pods of <= {s.tasks.per_index})")
     click.echo(f"search  {s.search.algorithm}: {s.search.model_dump(exclude={'algorithm'})}")
     click.echo(f"policy  {s.policy.kind} {s.policy.model or ''} {s.policy.url or ''}".rstrip())
-    from thicket.manifests import render, serves_vllm
+    from thicket.k8s.names import serves_vllm
+    from thicket.k8s.render import render
 
     try:
         render(s)  # what the cluster would refuse, refused here
@@ -82,7 +83,7 @@ def run(spec: str, output: str | None, indices: str | None, policy: str | None, 
         metrics_port: int) -> None:
     """Run SPEC's tasks locally (starting vLLM if the spec serves a local model), then aggregate."""
     from thicket.metrics import metrics_served
-    from thicket.runner import raise_for_failures, run_tasks
+    from thicket.rollout.sweep import raise_for_failures, run_tasks
 
     s = _spec_with_overrides(spec, output, policy)
     tasks = parse_indices(indices, s.tasks) if indices else list(range(s.tasks.start, s.tasks.stop))
@@ -93,7 +94,7 @@ def run(spec: str, output: str | None, indices: str | None, policy: str | None, 
     raise_for_failures(summary)
     if then_aggregate:
         from thicket.aggregate.driver import aggregate as build_datasets
-        from thicket.storage.store import open_store
+        from thicket.storage import open_store
 
         result = build_datasets(s.sweep_uri, store=open_store(s.sweep_uri, s.storage.settings()), progress=progress)
         for line in result.lines():
@@ -111,7 +112,7 @@ def worker(spec: str, index: int | None, output: str | None, wait_for: tuple[str
            metrics_port: int) -> None:
     """Run one pod's share of SPEC: the task range of one Job completion index."""
     from thicket.metrics import metrics_served
-    from thicket.runner import raise_for_failures, run_tasks
+    from thicket.rollout.sweep import raise_for_failures, run_tasks
 
     s = _spec_with_overrides(spec, output, None)
     if index is None:
@@ -224,7 +225,7 @@ def make_model(out_dir: str, python: str | None, size: str) -> None:
     click.echo(f"built an untrained {size} model in {out_dir}")
 
 
-from thicket.cluster_commands import COMMANDS as _CLUSTER_COMMANDS  # noqa: E402  (render, submit, status, ...)
+from thicket.k8s.commands import COMMANDS as _CLUSTER_COMMANDS  # noqa: E402  (render, submit, status, ...)
 
 for _command in _CLUSTER_COMMANDS:
     cli.add_command(_command)
@@ -247,7 +248,8 @@ def serve_env(envs: tuple[str, ...], port: int, host: str, max_instances: int, i
               max_action_chars: int, max_snapshots: int, refuse_after_done: tuple[str, ...],
               parent_pid: int | None) -> None:
     """Serve ENV... over HTTP: many instances in one process (AgentGym-compatible routes)."""
-    from thicket.envs.server import AGENTGYM_REFUSE_AFTER_DONE, ServerConfig, serve
+    from thicket.envs.server import serve
+    from thicket.envs.service import AGENTGYM_REFUSE_AFTER_DONE, ServerConfig
 
     refuse = frozenset(refuse_after_done) if refuse_after_done else AGENTGYM_REFUSE_AFTER_DONE
     serve(ServerConfig(tuple(dict.fromkeys(envs)), host, port, max_instances, idle_timeout,

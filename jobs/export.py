@@ -8,8 +8,8 @@ from typing import Any
 import pyarrow as pa
 
 from thicket.errors import BadInput
-from thicket.storage.shards import iter_shards
-from thicket.storage.store import open_store
+from thicket.shards.storage import iter_shards
+from thicket.storage import open_store
 
 
 def split_logprobs(logprobs: list[float], action_start: int) -> tuple[list[float], list[float]]:

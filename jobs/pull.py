@@ -16,11 +16,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
 
 from thicket.errors import BadInput
-from thicket.storage.shards import COMMITS, CommitMarker, mismatch
-from thicket.storage.store import LocalStore, Store, StoreError, open_store
+from thicket.shards.storage import COMMITS, CommitMarker, mismatch
+from thicket.storage import open_store
+from thicket.storage.store import LocalStore, Store, StoreError
 
 DATASETS = "datasets/"
 SPEC = "spec.yaml"

@@ -14,8 +14,8 @@ import numpy as np
 
 from thicket.aggregate.view import MalformedShard, TreeView
 from thicket.errors import BadInput
-from thicket.storage.shards import read_marker, read_shard
-from thicket.storage.store import open_store
+from thicket.shards.storage import read_marker, read_shard
+from thicket.storage import open_store
 
 MAX_TEXT_CHARS = 2000
 NODE_COLUMNS = ("action", "reply", "observation", "stop_reason", "label")

@@ -10,16 +10,23 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from thicket.aggregate.params import DatasetsSpec
-from thicket.cluster_spec import ClusterSpec
 from thicket.envs import env_names
 from thicket.errors import BadInput
+from thicket.k8s.spec import DNS_LABEL, ClusterSpec
 from thicket.search import AnySearch
 from thicket.storage.store import StorageSettings
 
-DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 LOCAL_SCHEMES = ("", "file")
 S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -31,7 +38,7 @@ class Strict(BaseModel):
 
 
 class EnvServerSpec(Strict):
-    """Where the env instances live; `thicket serve-env` in the README has the routes."""
+    """Where the env instances live; docs/env-server.md has the routes."""
 
     mode: Literal["sidecar", "in_process", "remote"] = Field(
         "sidecar", description="sidecar: start `thicket serve-env` as a child; remote: a server at `url`; in_process"
@@ -98,7 +105,7 @@ class TasksSpec(Strict):
 
 def known_remote_env(value: str, server: EnvServerSpec) -> str:
     """A remote thicket server may serve envs this install lacks; AgentGym needs an adapter."""
-    from thicket.envs.client import AGENTGYM_DIALECTS
+    from thicket.envs.dialects import AGENTGYM_DIALECTS
 
     if server.adapter == "agentgym" and value not in AGENTGYM_DIALECTS:
         raise ValueError(f"no AgentGym adapter for env {value!r}; expected one of {', '.join(AGENTGYM_DIALECTS)}")
@@ -238,13 +245,13 @@ class SweepSpec(Strict):
     storage: StorageSpec = Field(default_factory=StorageSpec)
     seed: int = Field(0, ge=0)
     run: RunSpec = Field(default_factory=RunSpec)
-    cluster: ClusterSpec = Field(default_factory=ClusterSpec, description="Kubernetes: see thicket.cluster_spec")
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec, description="Kubernetes: see thicket.k8s.spec")
     datasets: DatasetsSpec = Field(default_factory=DatasetsSpec, description="what `thicket aggregate` builds")
 
     @field_validator("name")
     @classmethod
     def dns_label(cls, value: str) -> str:
-        if len(value) > 63 or not DNS_1123_LABEL.match(value):
+        if len(value) > 63 or not DNS_LABEL.match(value):
             raise ValueError(
                 f"{value!r} is not a DNS-1123 label: use at most 63 lowercase letters, digits and '-', "
                 "starting and ending with a letter or digit"

@@ -293,3 +293,9 @@ def proxy_for(url: str) -> str | None:
     if urllib.request.proxy_bypass(parsed.host):
         return None
     return urllib.request.getproxies().get(parsed.scheme)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])

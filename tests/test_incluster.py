@@ -1,4 +1,4 @@
-"""The in-cluster path of thicket.cluster.connect: the pod's service account straight over urllib3,
+"""The in-cluster path of thicket.k8s.client.connect: the pod's service account straight over urllib3,
 with no `kubernetes` package, against the in-memory API server (tests/fake_kube.py) served over
 real TLS on 127.0.0.1 with a certificate made here."""
 
@@ -21,13 +21,13 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from fake_kube import FakeKube, serve, status
 
 import tests.http_stub
-import thicket.cluster
-from thicket.cluster import InClusterTransport, connect, wait_job
+import thicket.k8s.client
 from thicket.errors import BadInput, Unavailable
-
-from fake_kube import FakeKube, serve, status
+from thicket.k8s.client import InClusterTransport, connect
+from thicket.k8s.status import wait_job
 
 ROOT = Path(__file__).resolve().parent.parent
 PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
@@ -110,7 +110,7 @@ def api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
             monkeypatch.delenv(name, raising=False)
         monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
         monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(api.port))
-        monkeypatch.setattr(thicket.cluster, "SA_DIR", str(sa_dir))
+        monkeypatch.setattr(thicket.k8s.client, "SA_DIR", str(sa_dir))
         yield api
 
 
@@ -194,8 +194,8 @@ def test_ipv6_service_hosts_are_bracketed(api, monkeypatch):
 BLOCKED = textwrap.dedent("""
     import sys
     sys.modules["kubernetes"] = None  # any import of it fails
-    import thicket.cluster
-    thicket.cluster.SA_DIR = sys.argv[1]
+    import thicket.k8s.client
+    thicket.k8s.client.SA_DIR = sys.argv[1]
     from thicket.cli import main
     sys.argv = ["thicket", *sys.argv[2:]]
     try:

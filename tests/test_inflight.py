@@ -6,9 +6,14 @@ import asyncio
 
 import pytest
 
-from thicket.policies import AUTO_FIRST, serve_policy
-from thicket.policy.inflight import AdjustableLimit, InFlightTuner, ServerLoad, parse_server_load
-from thicket.runner import run_tasks
+from thicket.policy.inflight import (
+    AdjustableLimit,
+    InFlightTuner,
+    ServerLoad,
+    parse_server_load,
+)
+from thicket.rollout.served_policy import AUTO_FIRST, serve_policy
+from thicket.rollout.sweep import run_tasks
 from thicket.spec import PolicySpec, parse_spec
 
 

@@ -1,4 +1,4 @@
-"""The semantic rules an API server enforces beyond the JSON schema (thicket.k8s_rules): every
+"""The semantic rules an API server enforces beyond the JSON schema (thicket.k8s.rules): every
 rendered and kustomized object passes them, and each rule catches the mistake it is for."""
 
 from __future__ import annotations
@@ -8,12 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from thicket.k8s_rules import check_object, check_objects, security_problems
-from thicket.manifests import render
-from thicket.spec import load_spec
-
 from test_manifests import ROOT, kustomize_objects, rollout, spec_with, variant_specs
+
+from thicket.k8s.render import render
+from thicket.k8s.rules import check_object, check_objects, security_problems
+from thicket.spec import load_spec
 
 SWEEPS = sorted((ROOT / "sweeps").glob("*.yaml"))
 

@@ -21,9 +21,10 @@ import pytest
 import yaml
 
 from thicket import __version__
-from thicket.cluster_spec import ClusterSpec
 from thicket.errors import BadInput
-from thicket.manifests import MAX_JOB_NAME, render, to_yaml
+from thicket.k8s.names import MAX_JOB_NAME
+from thicket.k8s.render import render, to_yaml
+from thicket.k8s.spec import ClusterSpec
 from thicket.spec import load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -312,7 +313,7 @@ def test_policies_without_a_local_vllm_get_no_gpu_and_no_vllm_container():
 
 
 def test_java_families_get_the_java_env_image():
-    from thicket.cluster_spec import EnvSidecar
+    from thicket.k8s.spec import EnvSidecar
 
     cluster = ClusterSpec()
     assert cluster.sidecar_image(EnvSidecar(family="textcraft")) == cluster.images.env
@@ -483,7 +484,7 @@ def test_make_rollout_without_a_cluster_prints_the_manifests(tmp_path):
 
 @pytest.mark.parametrize("start,stop,per_index", [(0, 1, 1), (0, 10, 10), (0, 11, 10), (5, 100, 7), (3, 4, 50)])
 def test_completions_equal_the_number_of_task_ranges(start, stop, per_index):
-    from thicket.manifests import index_count
+    from thicket.k8s.names import index_count
 
     data = {**BASE, "tasks": {"env": "textcraft", "start": start, "stop": stop, "per_index": per_index}}
     spec = parse_spec(data)

@@ -29,15 +29,15 @@ from thicket.logs import JsonFormatter
 from thicket.metrics import serve_metrics
 from thicket.policy.base import Reply
 from thicket.policy.openai import OpenAIConfig, OpenAIPolicy
-from thicket.runner import run_tasks
-from thicket.shard import TreeMeta, tree_table
+from thicket.rollout.sweep import run_tasks
+from thicket.search.tree import StopReason, Tree, backpropagate
+from thicket.shards.storage import read_marker, read_shard, write_shard
+from thicket.shards.table import TreeMeta, tree_table
 from thicket.show import MAX_TEXT_CHARS, load_tree, show_html
 from thicket.spec import parse_spec
-from thicket.search.tree import StopReason, Tree, backpropagate
 from thicket.storage.s3 import S3Store
-from thicket.storage.shards import read_marker, read_shard, write_shard
 from thicket.storage.store import LocalStore, StorageSettings, StoreUnavailable
-from thicket.vllm_server import free_port
+from thicket.transport import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 THICKET = str(Path(sys.executable).parent / "thicket")

@@ -24,11 +24,16 @@ import pytest
 from tests.http_stub import QuietHandler, serving
 from thicket.errors import BadInput, Unavailable
 from thicket.policy import prompts
-from thicket.policy.base import Messages, Reply
 from thicket.policy.answers import action_token_start
+from thicket.policy.base import Messages, Reply
 from thicket.policy.openai import OpenAIConfig, OpenAIPolicy, drop_oldest_exchange
 from thicket.tiny_model import build_tiny_model
-from thicket.vllm_server import VLLMServer, free_port, parse_prefix_cache_counters, prefix_cache_counters
+from thicket.transport import free_port
+from thicket.vllm_server import (
+    VLLMServer,
+    parse_prefix_cache_counters,
+    prefix_cache_counters,
+)
 
 VALID = ("get 1 oak log", "craft 4 oak planks using 1 oak log", "inventory", "get 2 white wool")
 TASK: Messages = [

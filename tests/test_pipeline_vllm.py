@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from thicket.envs import make_env
-from thicket.runner import run_tasks
-from thicket.shard import rebuild_contexts
+from thicket.rollout.sweep import run_tasks
+from thicket.shards.storage import iter_shards
+from thicket.shards.table import rebuild_contexts
 from thicket.spec import parse_spec
-from thicket.storage.shards import iter_shards
-from thicket.storage.store import open_store
+from thicket.storage import open_store
 
 pytestmark = pytest.mark.vllm
 ROOT = Path(__file__).resolve().parent.parent

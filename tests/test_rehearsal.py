@@ -1,4 +1,4 @@
-"""thicket.rehearsal's changes to the rendered pod, each one of MACHINE_CHANGES (no podman needed
+"""thicket.k8s.rehearsal's changes to the rendered pod, each one of MACHINE_CHANGES (no podman needed
 here; tests/containers runs the pods)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from thicket.manifests import render
-from thicket.rehearsal import MACHINE_CHANGES, Images, LocalS3, job_pod, local_spec
+from thicket.k8s.rehearsal import MACHINE_CHANGES, Images, LocalS3, job_pod, local_spec
+from thicket.k8s.render import render
 from thicket.spec import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +50,7 @@ def test_the_pod_runs_the_job_s_containers_with_sidecars_first(tmp_path):
 
 
 def test_every_machine_change_is_in_the_readme():
-    readme = " ".join((ROOT / "README.md").read_text().split())
+    readme = " ".join((ROOT / "docs" / "kubernetes.md").read_text().split())
     assert len(MACHINE_CHANGES) == 8
     for phrase in ("JOB_COMPLETION_INDEX", "over 63 characters", "podman secret", "wait-job", "ignores probes",
                    "root-owned", "native sidecars become ordinary containers"):

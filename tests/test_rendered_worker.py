@@ -31,10 +31,11 @@ import pytest
 import yaml
 
 from thicket.cli import cli as thicket_cli
-from thicket.manifests import SPEC_DIR, render, to_yaml
+from thicket.k8s.names import SPEC_DIR
+from thicket.k8s.render import render, to_yaml
+from thicket.shards.storage import COMMITS, DATA, CommitMarker, commit_key
 from thicket.spec import parse_spec
-from thicket.storage.shards import COMMITS, DATA, CommitMarker, commit_key
-from thicket.vllm_server import free_port
+from thicket.transport import free_port
 
 pytestmark = pytest.mark.vllm
 

@@ -19,9 +19,15 @@ import pytest
 from s3_server import Fault, FaultProxy, S3Server, free_port, use_endpoint
 
 from thicket.pull import pull_sweep
-from thicket.storage import s3
-from thicket.storage.shards import CommitStatus, committed_tasks, iter_shards, write_shard, write_shards
-from thicket.storage.store import LocalStore, Store, StoreConfigError, StoreError, open_store
+from thicket.shards.storage import (
+    CommitStatus,
+    committed_tasks,
+    iter_shards,
+    write_shard,
+    write_shards,
+)
+from thicket.storage import open_store, s3
+from thicket.storage.store import LocalStore, Store, StoreConfigError, StoreError
 
 ROOT = Path(__file__).resolve().parent.parent
 THICKET = str(Path(sys.executable).parent / "thicket")

@@ -30,9 +30,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-
 from test_manifests import BASE
-from thicket.manifests import render, to_yaml
+
+from thicket.k8s.render import render, to_yaml
 from thicket.spec import load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -256,8 +256,8 @@ def test_make_targets_pass_user_values_as_one_argument(tmp_path, target, variabl
 
 def test_serve_env_defaults_to_loopback():
     from thicket.cli import serve_env
-    from thicket.envs.server import ServerConfig
-    from thicket.envs.sidecar import EnvServerProcess
+    from thicket.envs.process import EnvServerProcess
+    from thicket.envs.service import ServerConfig
 
     host = next(p for p in serve_env.params if p.name == "host")
     assert host.default == "127.0.0.1"

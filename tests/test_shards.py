@@ -7,17 +7,16 @@ from dataclasses import replace
 
 import pyarrow as pa
 import pytest
-
 from scripted import CyclingPolicy, WordEnv
+
 from thicket.policy.base import Reply
 from thicket.search import grow
 from thicket.search.expand import Expander
 from thicket.search.mcts import MCTSParams
-from thicket.shard import TreeMeta, rebuild_contexts, tree_table
-from thicket.storage.shards import (
+from thicket.shards.storage import (
+    TREE_SCHEMA,
     CommitStatus,
     ShardRef,
-    TREE_SCHEMA,
     commit_key,
     committed_shards,
     committed_tasks,
@@ -29,7 +28,9 @@ from thicket.storage.shards import (
     write_shard,
     write_shards,
 )
-from thicket.storage.store import LocalStore, StoreError, open_store
+from thicket.shards.table import TreeMeta, rebuild_contexts, tree_table
+from thicket.storage import open_store
+from thicket.storage.store import LocalStore, StoreError
 
 META = TreeMeta(sweep="s", env="word", algorithm="mcts", model="m", seed=0)
 

@@ -26,21 +26,30 @@ import yaml
 
 from thicket.aggregate.chats import Chats
 from thicket.aggregate.dpo import DPO_SCHEMA, dpo_table
+from thicket.aggregate.forest import Forest
 from thicket.aggregate.params import DatasetsSpec, resolve
 from thicket.aggregate.report import dataset_card, report_html
 from thicket.aggregate.revision import REVISION_SCHEMA, revision_table
 from thicket.aggregate.sft import FASTCHAT_SCHEMA, SFT_SCHEMA, sft_tables
-from thicket.aggregate.forest import Forest
 from thicket.aggregate.source import BATCH_NODES, batches, decode, forests, shards_of
 from thicket.aggregate.stats import SweepStats
 from thicket.aggregate.tokens import TOKENS_SCHEMA, token_rows
 from thicket.aggregate.transfer import pack, unpack
 from thicket.aggregate.verifier import Verifier, VerifierConfig
-from thicket.aggregate.writer import DATASETS, MAX_BYTES, MAX_ROWS, Datasets, Encoding, WrittenFile, put_file
+from thicket.aggregate.writer import (
+    DATASETS,
+    MAX_BYTES,
+    MAX_ROWS,
+    Datasets,
+    Encoding,
+    WrittenFile,
+    put_file,
+)
 from thicket.errors import BadInput
 from thicket.progress import TaskProgress
-from thicket.storage.shards import ShardRef, committed_shards
-from thicket.storage.store import Store, open_store
+from thicket.shards.storage import ShardRef, committed_shards
+from thicket.storage import open_store
+from thicket.storage.store import Store
 
 SUCCESS = "_SUCCESS.json"
 # name -> (schema, Parquet encoding): chats repeat their texts a lot; token ids don't.

@@ -1,7 +1,7 @@
 """Committed trees, in batches of consecutive trees (forests), reading only the columns
 aggregation needs.
 
-The same checks as thicket.storage.shards.read_shard (SHA-256 and the tree's rows against
+The same checks as thicket.shards.storage.read_shard (SHA-256 and the tree's rows against
 what was committed). Bytes are fetched through the Store on a background thread; checks,
 Parquet decoding and a batch's concatenation (which mostly release the GIL) run on
 another (inline), or in the worker process that builds the batch's rows.
@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from thicket.aggregate.forest import Forest, MalformedShard
 from thicket.errors import BadInput
-from thicket.storage.shards import ShardRef, decode_data, tree_rows
+from thicket.shards.storage import ShardRef, decode_data, tree_rows
 from thicket.storage.store import Store
 
 COLUMNS = (

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from thicket.rehearsal import Images, S3_ACCESS
-from thicket.storage.shards import committed_tasks, read_shard
-from thicket.storage.store import open_store
+from thicket.k8s.rehearsal import S3_ACCESS, Images
+from thicket.shards.storage import committed_tasks, read_shard
+from thicket.storage import open_store
 from thicket.tiny_model import build_tiny_model, vllm_python
 
 pytestmark = pytest.mark.containers

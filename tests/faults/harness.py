@@ -21,8 +21,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import yaml
 
-from thicket.storage.shards import COMMITS, committed_tasks, iter_shards
-from thicket.storage.store import Store, open_store
+from thicket.shards.storage import COMMITS, committed_tasks, iter_shards
+from thicket.storage import open_store
+from thicket.storage.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 THICKET = str(Path(sys.executable).parent / "thicket")

@@ -126,7 +126,8 @@ class HostileEnv(SyncEnv):
 
 
 if __name__ == "__main__":
-    from thicket.envs.server import ServerConfig, serve
+    from thicket.envs.server import serve
+    from thicket.envs.service import ServerConfig
 
     register("hostile")(HostileEnv)  # in the server process only: the suite's env list stays as it is
     serve(ServerConfig(("hostile",), port=int(sys.argv[1]), max_body_bytes=1 << 20))

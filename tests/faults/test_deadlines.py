@@ -7,9 +7,15 @@ import time
 
 import pyarrow.compute as pc
 
-from tests.faults.harness import NAME, assert_each_task_committed_once, sweep_spec, thicket, trees
-from thicket.storage.shards import committed_task_ids
-from thicket.storage.store import open_store
+from tests.faults.harness import (
+    NAME,
+    assert_each_task_committed_once,
+    sweep_spec,
+    thicket,
+    trees,
+)
+from thicket.shards.storage import committed_task_ids
+from thicket.storage import open_store
 
 SLOW = {"latency_s": 0.05, "concurrency": 2}
 BIG = {"iterations": 400, "expansions": 3, "max_depth": 12, "max_nodes": 100_000}

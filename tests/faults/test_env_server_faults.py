@@ -30,7 +30,7 @@ from tests.faults.harness import (
     wait_until,
 )
 from tests.s3_server import free_port
-from thicket.storage.store import open_store
+from thicket.storage import open_store
 
 TASKS = list(range(6))
 

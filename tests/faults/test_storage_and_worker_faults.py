@@ -20,16 +20,17 @@ from tests.faults.harness import (
     assert_each_task_committed_once,
     dataset_fingerprint,
     run_with_fault,
-    sweep_spec,
     start_thicket,
+    sweep_spec,
     thicket,
     tree_fingerprint,
     undisturbed,
     wait_until,
 )
 from tests.s3_server import Fault, use_endpoint
-from thicket.storage.shards import committed_task_ids, iter_shards
-from thicket.storage.store import Store, open_store
+from thicket.shards.storage import committed_task_ids, iter_shards
+from thicket.storage import open_store
+from thicket.storage.store import Store
 
 TASKS = list(range(6))
 

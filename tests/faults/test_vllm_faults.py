@@ -15,17 +15,17 @@ import pytest
 
 from tests.faults.harness import (
     NAME,
+    TcpRelay,
     assert_each_task_committed_once,
     commits,
     dataset_fingerprint,
-    TcpRelay,
     run_with_fault,
     sweep_spec,
     thicket,
     tree_fingerprint,
     undisturbed,
 )
-from thicket.storage.store import open_store
+from thicket.storage import open_store
 from thicket.vllm_server import VLLMServer
 
 pytestmark = pytest.mark.vllm

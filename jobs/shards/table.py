@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from thicket.policy import prompts
 from thicket.search.tree import Node, Tree
-from thicket.storage.shards import TREE_SCHEMA
+from thicket.shards.storage import TREE_SCHEMA
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Finished trees committed a batch at a time: several trees to a data file (see
-thicket.storage.shards.write_shards), each still committed by its own marker.
+thicket.shards.storage.write_shards), each still committed by its own marker.
 
 A batch is written once `max_trees` trees wait, once the oldest has waited `max_wait_s`,
 or when flush() says no more trees are coming. A tree counts as committed only when its
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from thicket.storage.shards import CommitStatus, write_shards
+from thicket.shards.storage import CommitStatus, write_shards
 from thicket.storage.store import Store
 
-log = logging.getLogger("thicket.worker")
+log = logging.getLogger("thicket.rollout.worker")
 
 
 @dataclass(frozen=True)

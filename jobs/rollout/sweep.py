@@ -10,13 +10,13 @@ from dataclasses import dataclass
 import yaml
 
 from thicket import metrics
-from thicket.envs.sidecar import open_envs
 from thicket.errors import DeadlineExceeded, ThicketError, Unavailable
-from thicket.policies import serve_policy
+from thicket.rollout.envs import open_envs
+from thicket.rollout.served_policy import serve_policy
+from thicket.rollout.worker import TaskStatus, Worker, WorkerReport
 from thicket.spec import SweepSpec
-from thicket.storage.store import open_store
+from thicket.storage import open_store
 from thicket.vllm_server import prefix_cache_counters
-from thicket.worker import TaskStatus, Worker, WorkerReport
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Cluster commands of the `thicket` CLI: render, submit, status, logs, cancel, wait-job, rehearse.
 
 Registered on the main group in thicket.cli; the kubernetes client is imported only when a
-command talks to a cluster from outside it (kubeconfig); in a pod, thicket.cluster speaks to the
+command talks to a cluster from outside it (kubeconfig); in a pod, thicket.k8s.client speaks to the
 API server itself.
 """
 
@@ -35,8 +35,8 @@ def _sweep_and_namespace(sweep: str, namespace: str | None) -> tuple[str, str | 
 @click.option("-o", "--output", default="-", show_default=True, help="Folder for one file per object, or '-' for stdout.")
 def render(spec: str, output: str) -> None:
     """Print SPEC's Kubernetes objects: ConfigMap, RBAC, rollout and aggregation Jobs."""
-    from thicket.manifests import render as render_objects
-    from thicket.manifests import to_yaml, write_dir
+    from thicket.k8s.render import render as render_objects
+    from thicket.k8s.render import to_yaml, write_dir
 
     s = load_spec(spec)
     objects = render_objects(s)
@@ -55,8 +55,9 @@ def render(spec: str, output: str) -> None:
 @context_option
 def submit(spec: str, replace: bool, context: str | None) -> None:
     """Create or update SPEC's objects on the cluster (idempotent); checks Secret and PVC first."""
-    from thicket.cluster import connect, submit as submit_objects
-    from thicket.manifests import render as render_objects
+    from thicket.k8s.client import connect
+    from thicket.k8s.render import render as render_objects
+    from thicket.k8s.submit import submit as submit_objects
 
     s = load_spec(spec)
     objects = render_objects(s)
@@ -78,7 +79,8 @@ def status(sweep: str, namespace: str | None, context: str | None, watch: bool, 
     SWEEP is a sweep name or its spec file."""
     from rich.console import Console
 
-    from thicket.cluster import connect, default_namespace, render_status, sweep_status
+    from thicket.k8s.client import connect, default_namespace
+    from thicket.k8s.status import render_status, sweep_status
 
     name, namespace = _sweep_and_namespace(sweep, namespace)
     kube = connect(context)
@@ -107,7 +109,8 @@ def status(sweep: str, namespace: str | None, context: str | None, watch: bool, 
 @context_option
 def logs(sweep: str, index: int, container: str, follow: bool, tail: int | None, namespace: str | None, context: str | None) -> None:
     """Logs of the latest pod of one index of SWEEP (a sweep name or its spec file)."""
-    from thicket.cluster import connect, default_namespace, index_pod, stdout_write
+    from thicket.k8s.client import connect, default_namespace
+    from thicket.k8s.status import index_pod, stdout_write
 
     name, namespace = _sweep_and_namespace(sweep, namespace)
     kube = connect(context)
@@ -127,8 +130,8 @@ def logs(sweep: str, index: int, container: str, follow: bool, tail: int | None,
 @context_option
 def cancel(sweep: str, namespace: str | None, context: str | None) -> None:
     """Stop SWEEP: delete its Jobs (and their pods), ConfigMap and RBAC. Committed shards stay."""
-    from thicket.cluster import cancel as cancel_sweep
-    from thicket.cluster import connect, default_namespace
+    from thicket.k8s.client import connect, default_namespace
+    from thicket.k8s.submit import cancel as cancel_sweep
 
     name, namespace = _sweep_and_namespace(sweep, namespace)
     kube = connect(context)
@@ -144,8 +147,8 @@ def cancel(sweep: str, namespace: str | None, context: str | None) -> None:
 @click.option("--require-success", is_flag=True, help="Exit 1 when the Job failed (default: go on; aggregate what was committed).")
 def wait_job(job: str, namespace: str | None, context: str | None, timeout: float, interval: float, require_success: bool) -> None:
     """Wait until Job JOB is Complete or Failed (the aggregation Job's init container)."""
-    from thicket.cluster import connect, default_namespace
-    from thicket.cluster import wait_job as wait
+    from thicket.k8s.client import connect, default_namespace
+    from thicket.k8s.status import wait_job as wait
 
     kube = connect(context)
     state = wait(kube, default_namespace(kube, namespace), job, timeout, interval, echo=click.echo)
@@ -168,7 +171,7 @@ def rehearse(spec: str, index: int, workdir: str | None, timeout: float, image_v
              then_aggregate: bool, pull_to: str | None) -> None:
     """Run SPEC's rendered rollout pod (one index) and aggregation pod with podman, against a local S3."""
     from thicket import __version__
-    from thicket.rehearsal import End, Images, LocalS3, Rehearsal, sweep_uri
+    from thicket.k8s.rehearsal import End, Images, LocalS3, Rehearsal, sweep_uri
 
     s = load_spec(spec)
     folder = Path(workdir or f"out/rehearsal/{s.name}")
@@ -190,8 +193,8 @@ def rehearse(spec: str, index: int, workdir: str | None, timeout: float, image_v
     click.echo(f"datasets: {uri}/datasets on the local S3; fetch them with\n  {access} thicket pull {uri} DIR")
     click.echo(f"stop the local S3 (its data goes with it): podman rm -f {s3.container}")
     if pull_to:
+        from thicket.k8s.rehearsal import S3_ACCESS
         from thicket.pull import pull_sweep
-        from thicket.rehearsal import S3_ACCESS
 
         os.environ.update({**S3_ACCESS, "AWS_ENDPOINT_URL": s3.host_url})
         click.echo(pull_sweep(uri, Path(pull_to), progress=False).line())

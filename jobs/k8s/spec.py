@@ -10,7 +10,14 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from thicket import __version__
 
@@ -320,7 +327,7 @@ class ClusterSpec(ClusterModel):
 
     @model_validator(mode="after")
     def ports_distinct(self) -> ClusterSpec:
-        env_ports = [e.port for e in self.envs or []]  # the default sidecar's is checked with the pod (k8s_rules)
+        env_ports = [e.port for e in self.envs or []]  # the default sidecar's is checked with the pod (thicket.k8s.rules)
         ports = [self.vllm_port, self.metrics_port, *env_ports]
         if len(set(ports)) != len(ports):
             raise ValueError(f"ports must differ: vllm_port {self.vllm_port}, metrics_port {self.metrics_port}, "

@@ -5,7 +5,7 @@ Job's pod for index N with `podman kube play`, waits for its worker, then runs t
 Job's pod the same way, against a local S3 (moto_server in a container). The containers run as
 rendered: images, commands, args, env, securityContext (non-root uid, read-only root filesystem,
 dropped capabilities), resources, volumes and mounts. What one machine forces is changed by code,
-and only that (`MACHINE_CHANGES`, also in the README):
+and only that (`MACHINE_CHANGES`, also in docs/kubernetes.md):
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from thicket.errors import BadInput, ExitCode, ThicketError, Unavailable
-from thicket.manifests import WORKER, names, render, to_yaml
+from thicket.k8s.names import WORKER, names
+from thicket.k8s.render import render, to_yaml
 from thicket.spec import SweepSpec, parse_spec
 
 Obj = dict[str, Any]
@@ -56,6 +57,7 @@ S3_ACCESS = {"AWS_ACCESS_KEY_ID": "rehearsal", "AWS_SECRET_ACCESS_KEY": "rehears
 CPU_VLLM_ARGS = ["--dtype", "float32", "--enforce-eager", "--distributed-executor-backend", "uni",
                  "--no-enable-chunked-prefill"]
 POLL_S = 1.0
+NO_PODMAN = "thicket rehearse needs podman (apt-get install podman), not found on PATH"
 LOG_TAIL = 30
 ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception)\b:")
 
@@ -148,7 +150,7 @@ def podman(*args: str, timeout: float = 600, stdin: str | None = None) -> str:
     try:
         done = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout, input=stdin)
     except FileNotFoundError:
-        raise BadInput("thicket rehearse needs podman (apt-get install podman), not found on PATH") from None
+        raise BadInput(NO_PODMAN) from None
     except subprocess.TimeoutExpired:
         raise Unavailable(f"podman {args[0]} did not answer in {timeout:.0f} s") from None
     if done.returncode != 0:
@@ -159,11 +161,17 @@ def podman(*args: str, timeout: float = 600, stdin: str | None = None) -> str:
 
 def require_images(images: list[str]) -> None:
     if shutil.which("podman") is None:
-        raise BadInput("thicket rehearse needs podman (apt-get install podman), not found on PATH")
+        raise BadInput(NO_PODMAN)
     missing = [image for image in images if subprocess.run(
         ["podman", "image", "exists", image], capture_output=True).returncode != 0]
     if missing:
         raise BadInput(f"image {missing[0]} is not built here: run `make images` first")
+
+
+def ensure_network(name: str) -> None:
+    """The pods' and the local S3's bridge network (a fresh podman has none until asked)."""
+    if subprocess.run(["podman", "network", "exists", name], capture_output=True).returncode != 0:
+        podman("network", "create", name)
 
 
 # -- the local S3 ----------------------------------------------------------------------------------
@@ -324,12 +332,13 @@ class Rehearsal:
     index: int
     images: Images
     workdir: Path
-    network: str = "podman-default-kube-network"
+    network: str = "thicket-rehearsal"
     timeout_s: float = 1800
     aggregate: bool = True
 
     def run(self) -> Iterator[PodRun | LocalS3]:
         require_images([self.images.worker, self.images.s3, *self._used_images()])
+        ensure_network(self.network)
         s3 = start_s3(self.images.s3, self.network, bucket="thicket")
         yield s3
         cache = _owned_folder(self.workdir / "model-cache", self.spec.cluster.run_as_user)

@@ -1,5 +1,5 @@
 """The worker: grow one tree per task, many at once, and commit each as a shard (several
-finished trees to a data file, see thicket.commits).
+finished trees to a data file, see thicket.shards.batcher).
 
 Tasks already committed in the store are skipped, so a rerun resumes.
 """
@@ -15,7 +15,6 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from thicket import metrics
-from thicket.commits import ShardBatcher
 from thicket.envs import make_env
 from thicket.envs.protocol import Env
 from thicket.errors import BadInput, ThicketError, Unavailable
@@ -26,9 +25,10 @@ from thicket.search import grow, settle
 from thicket.search.expand import Expander
 from thicket.search.guard import ContentGuard
 from thicket.search.tree import StopReason
-from thicket.shard import TreeMeta, tree_table
+from thicket.shards.batcher import ShardBatcher
+from thicket.shards.storage import CommitStatus, committed_task_ids
+from thicket.shards.table import TreeMeta, tree_table
 from thicket.spec import SweepSpec
-from thicket.storage.shards import CommitStatus, committed_task_ids
 from thicket.storage.store import Store
 
 log = logging.getLogger("thicket.worker")
@@ -107,7 +107,7 @@ class Worker:
     model_name: str
     progress: bool = True
     writer_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    # Where each tree's env comes from (thicket.envs.sidecar.open_envs); default: in process.
+    # Where each tree's env comes from (thicket.rollout.envs.open_envs); default: in process.
     new_env: Callable[[], Env] | None = None
     _index_deadline: float | None = field(default=None, init=False)  # event-loop time
 

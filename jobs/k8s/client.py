@@ -1,0 +1,302 @@
+"""The Kubernetes API client: a thin JSON client for the few REST paths thicket needs.
+
+Talks to the API server on plain JSON dicts, the same dicts `thicket.k8s.render` renders: through the
+official `kubernetes` client with a kubeconfig, or straight over urllib3 with the pod's service account
+in a cluster (so an image that only waits on Jobs needs no `kubernetes` package). Failures become
+one-line errors: no cluster configured or reachable (exit 3), forbidden / unauthorized / rejected
+objects (exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import urllib3
+
+from thicket.errors import BadInput, ThicketError, Unavailable
+
+Obj = dict[str, Any]
+
+
+RESOURCES: dict[str, tuple[str, str]] = {
+    "ConfigMap": ("/api/v1", "configmaps"),
+    "Secret": ("/api/v1", "secrets"),
+    "ServiceAccount": ("/api/v1", "serviceaccounts"),
+    "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims"),
+    "Pod": ("/api/v1", "pods"),
+    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles"),
+    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
+    "Job": ("/apis/batch/v1", "jobs"),
+}
+
+
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # the pod's service account (tests point it elsewhere)
+
+
+NEEDS_CLIENT = "thicket's cluster commands need the kubernetes client: pip install 'thicket[cluster]'"
+
+
+NO_CLUSTER = (
+    "no Kubernetes cluster configured: set KUBECONFIG (or create ~/.kube/config), or run inside a cluster"
+)
+
+
+class NotFound(Exception):
+    pass
+
+
+class Conflict(Exception):
+    pass
+
+
+class Forbidden(BadInput):
+    """The API server refused the request (403): the account lacks a permission."""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+class Transport:
+    """How a Kube request reaches the API server: send one request, answer a urllib3 response
+    (unread: `.status`, `.data`, `.stream()`). `host` and `auth_hint` go into error messages."""
+
+    host: str
+    auth_hint: str
+
+    def send(self, method: str, path: str, query: list[tuple[str, str]], headers: dict[str, str],
+             body: Any, timeout: tuple[float, float | None]) -> Any:
+        raise NotImplementedError
+
+
+class ApiClientTransport(Transport):
+    """Through a `kubernetes.client.ApiClient` (a kubeconfig, outside a cluster)."""
+
+    auth_hint = "check your kubeconfig"
+
+    def __init__(self, api_client: Any) -> None:
+        self.api = api_client
+        self.host = api_client.configuration.host
+
+    def send(self, method: str, path: str, query: list[tuple[str, str]], headers: dict[str, str],
+             body: Any, timeout: tuple[float, float | None]) -> Any:
+        params = self.api.param_serialize(
+            method=method, resource_path=path, query_params=query, header_params=headers,
+            body=body, auth_settings=["BearerToken"],
+        )
+        return self.api.call_api(*params, _request_timeout=timeout).response
+
+
+def _sa_file(path: str) -> str:
+    """A service account file's text (token, ca.crt, namespace); Unavailable when missing or empty."""
+    try:
+        with open(path) as handle:
+            text = handle.read().strip()
+    except OSError as err:
+        raise Unavailable(f"in-cluster Kubernetes config: cannot read {path} ({err.strerror})") from None
+    if not text:
+        raise Unavailable(f"in-cluster Kubernetes config: {path} is empty")
+    return text
+
+
+class InClusterTransport(Transport):
+    """Straight over urllib3 with the pod's service account: no `kubernetes` package needed."""
+
+    auth_hint = "check the pod's service account"
+
+    def __init__(self, sa_dir: str = SA_DIR, retries: int = 1) -> None:
+        from thicket.transport import proxy_for
+
+        host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT")
+        if not host or not port:
+            raise Unavailable(f"{NO_CLUSTER} (KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must both be set)")
+        self.host = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+        self.token_path = os.path.join(sa_dir, "token")
+        self.token()  # a missing token fails here, not at the first request
+        try:
+            self.namespace: str | None = _sa_file(os.path.join(sa_dir, "namespace"))
+        except Unavailable:
+            self.namespace = None
+        ca = _sa_file(os.path.join(sa_dir, "ca.crt"))
+        tls: dict[str, Any] = {"cert_reqs": "CERT_REQUIRED", "ca_cert_data": ca, "retries": retries}
+        proxy = proxy_for(self.host)
+        self.pool = urllib3.ProxyManager(proxy, **tls) if proxy else urllib3.PoolManager(**tls)
+
+    def token(self) -> str:
+        """Read for each request: the kubelet rotates bound service account tokens in place."""
+        return _sa_file(self.token_path)
+
+    def send(self, method: str, path: str, query: list[tuple[str, str]], headers: dict[str, str],
+             body: Any, timeout: tuple[float, float | None]) -> Any:
+        url = self.host + path + (f"?{urlencode(query)}" if query else "")
+        data = None if body is None else json.dumps(body).encode()
+        headers = {**headers, "Authorization": f"Bearer {self.token()}"}
+        return self.pool.request(method, url, body=data, headers=headers, preload_content=False,
+                                 timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]))
+
+
+class Kube:
+    """A thin JSON client for the few REST paths thicket needs."""
+
+    def __init__(self, client: Any, namespace: str | None = None, timeout: tuple[float, float] = (5, 30)) -> None:
+        """client: a Transport, or a `kubernetes.client.ApiClient`."""
+        self.transport: Transport = client if isinstance(client, Transport) else ApiClientTransport(client)
+        self.host = self.transport.host
+        self.default_namespace = namespace
+        self.timeout = timeout
+
+    # -- transport ---------------------------------------------------------------------------
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str = "application/json",
+        stream: bool = False,
+        timeout: Any = None,
+    ) -> Any:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        try:
+            response = self.transport.send(method, path, query or [], headers, body, timeout or self.timeout)
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            reason = getattr(err, "reason", None) or err
+            raise Unavailable(f"cannot reach the Kubernetes API at {self.host}: {_one_line(reason)}") from None
+        except Exception as err:  # ApiException(status=0) for TLS failures, and the like
+            if type(err).__name__ == "ApiException":
+                raise Unavailable(f"cannot reach the Kubernetes API at {self.host}: {_one_line(err.reason)}") from None
+            raise
+        if 200 <= response.status < 300:
+            if stream:
+                return response
+            data = response.data
+            return json.loads(data) if data else {}
+        raise self._error(method, path, response.status, response.data)
+
+    def _error(self, method: str, path: str, status: int, data: bytes) -> Exception:
+        """The exception for an answer outside 2xx."""
+        try:
+            message = json.loads(data).get("message") or ""
+        except (ValueError, AttributeError):
+            message = data.decode(errors="replace") if isinstance(data, bytes) else str(data)
+        message = _one_line(message)[:400]
+        if status == 404:
+            return NotFound(message)
+        if status == 409:
+            return Conflict(message)
+        if status == 401:
+            return BadInput(f"the Kubernetes API at {self.host} did not accept the credentials (401 Unauthorized): "
+                            f"{self.transport.auth_hint}")
+        if status == 403:
+            return Forbidden(f"forbidden (403): {message or method + ' ' + path}")
+        if status in (400, 422):
+            return BadInput(f"the API server rejected {method} {path}: {message}")
+        if status >= 500 or status == 429:
+            return Unavailable(f"the Kubernetes API at {self.host} answered {status}: {message}")
+        return ThicketError(f"{method} {path}: HTTP {status}: {message}")
+
+    # -- objects -----------------------------------------------------------------------------
+    @staticmethod
+    def path(kind: str, namespace: str, name: str | None = None) -> str:
+        if kind == "Namespace":
+            return "/api/v1/namespaces" + (f"/{quote(name)}" if name else "")
+        prefix, plural = RESOURCES[kind]
+        out = f"{prefix}/namespaces/{quote(namespace)}/{plural}"
+        return out + (f"/{quote(name)}" if name else "")
+
+    def get(self, kind: str, namespace: str, name: str) -> Obj | None:
+        try:
+            return self.request("GET", self.path(kind, namespace, name))
+        except NotFound:
+            return None
+
+    def list(self, kind: str, namespace: str, selector: str) -> list[Obj]:
+        return self.request("GET", self.path(kind, namespace), query=[("labelSelector", selector)]).get("items") or []
+
+    def create(self, obj: Obj) -> Obj:
+        meta = obj["metadata"]
+        return self.request("POST", self.path(obj["kind"], meta.get("namespace", ""), None), body=obj)
+
+    def replace(self, obj: Obj) -> Obj:
+        meta = obj["metadata"]
+        return self.request("PUT", self.path(obj["kind"], meta.get("namespace", ""), meta["name"]), body=obj)
+
+    def patch(self, kind: str, namespace: str, name: str, patch: Obj) -> Obj:
+        return self.request("PATCH", self.path(kind, namespace, name), body=patch, content_type="application/merge-patch+json")
+
+    def delete(self, kind: str, namespace: str, name: str, propagation: str = "Background") -> bool:
+        try:
+            self.request("DELETE", self.path(kind, namespace, name), body={"propagationPolicy": propagation})
+            return True
+        except NotFound:
+            return False
+
+    def logs(self, namespace: str, pod: str, container: str, follow: bool, tail: int | None) -> Iterator[bytes]:
+        query = [("container", container)]
+        if follow:
+            query.append(("follow", "true"))
+        if tail is not None:
+            query.append(("tailLines", str(tail)))
+        path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(pod)}/log"
+        response = self.request("GET", path, query=query, stream=True, timeout=(self.timeout[0], None) if follow else None)
+        try:
+            yield from response.stream(4096)
+        finally:
+            response.release_conn()
+
+
+def connect(context: str | None = None) -> Kube:
+    """A client from KUBECONFIG / ~/.kube/config (optionally a context), or the in-cluster account
+    (KUBERNETES_SERVICE_HOST set, no KUBECONFIG, no context: needs no `kubernetes` package)."""
+    if context is None and os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
+        transport = InClusterTransport(SA_DIR)
+        return Kube(transport, transport.namespace)
+    return _connect_kubeconfig(context)
+
+
+def _connect_kubeconfig(context: str | None) -> Kube:
+    try:
+        from kubernetes import client, config
+        from kubernetes.config.config_exception import ConfigException
+    except ImportError:
+        raise BadInput(NEEDS_CLIENT) from None
+
+    configuration = client.Configuration()
+    try:
+        config_file = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+        config.load_kube_config(config_file=config_file, context=context, client_configuration=configuration)
+        namespace = _context_namespace(config, config_file, context)
+    except ConfigException as err:
+        detail = _one_line(err)
+        if context is not None and "context" in detail.lower():
+            raise BadInput(f"--context: {detail}") from None
+        raise Unavailable(f"{NO_CLUSTER} ({detail})") from None
+    except (OSError, TypeError, ValueError, KeyError) as err:
+        raise Unavailable(f"{NO_CLUSTER} (kubeconfig unusable: {_one_line(err)})") from None
+    configuration.retries = 1
+    return Kube(client.ApiClient(configuration), namespace)
+
+
+def _context_namespace(config: Any, config_file: str, context: str | None) -> str | None:
+    """The namespace of the kubeconfig context in use (`context`, else the current one), if any."""
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        contexts, active = config.list_kube_config_contexts(config_file=config_file)
+        if context is not None:
+            active = next((c for c in contexts if c["name"] == context), active)
+        return (active or {}).get("context", {}).get("namespace")
+    except (ConfigException, OSError, KeyError, TypeError):
+        return None
+
+
+def default_namespace(kube: Kube | None, explicit: str | None) -> str:
+    from thicket.k8s.spec import ClusterSpec
+
+    return explicit or (kube.default_namespace if kube else None) or ClusterSpec().namespace

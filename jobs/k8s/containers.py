@@ -1,0 +1,244 @@
+"""The containers of a sweep's pods, as plain dicts: the vLLM and env-server sidecars, the worker,
+and what they share (resources, security context, probes, env, S3 credentials from the Secret)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from thicket.errors import BadInput
+from thicket.k8s.names import (
+    METRICS_PORT_NAME,
+    SPEC_DIR,
+    SPEC_KEY,
+    VLLM,
+    VLLM_COMMAND,
+    WORKER,
+    k8s_name,
+    served_model_name,
+    serves_vllm,
+)
+from thicket.k8s.spec import EnvSidecar, Resources
+from thicket.logs import FORMAT_VARIABLE as LOG_FORMAT_VARIABLE
+from thicket.spec import SweepSpec
+from thicket.vllm_server import COMMON_ARGS
+
+Obj = dict[str, Any]
+
+
+def _resources(res: Resources, gpus: int = 0) -> Obj:
+    out: Obj = {}
+    limits = dict(res.limits)
+    requests = dict(res.requests)
+    if gpus:
+        limits["nvidia.com/gpu"] = str(gpus)
+        requests["nvidia.com/gpu"] = str(gpus)
+    if limits:
+        out["limits"] = limits
+    if requests:
+        out["requests"] = requests
+    return out
+
+
+def _security(read_only: bool) -> Obj:
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": read_only,
+        "runAsNonRoot": True,
+    }
+
+
+def _pod_security(spec: SweepSpec) -> Obj:
+    uid = spec.cluster.run_as_user
+    return {
+        "fsGroup": uid,
+        "fsGroupChangePolicy": "OnRootMismatch",  # no recursive chown of a large model cache
+        "runAsGroup": uid,
+        "runAsNonRoot": True,
+        "runAsUser": uid,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _http_probe(path: str, port: str, period: int, timeout: int, failures: int) -> Obj:
+    return {
+        "httpGet": {"path": path, "port": port},
+        "periodSeconds": period,
+        "timeoutSeconds": timeout,
+        "failureThreshold": failures,
+    }
+
+
+def _env(name: str, value: str) -> Obj:
+    return {"name": name, "value": value}
+
+
+def _secret_env(name: str, secret: str, key: str, optional: bool = False) -> Obj:
+    ref: Obj = {"name": secret, "key": key}
+    if optional:
+        ref["optional"] = True
+    return {"name": name, "valueFrom": {"secretKeyRef": ref}}
+
+
+def s3_env(spec: SweepSpec) -> list[Obj]:
+    """S3 credentials from the cluster.s3_secret Secret, under the names the storage spec reads."""
+    secret = spec.cluster.s3_secret
+    if secret is None:
+        return []
+    storage = spec.storage
+
+    return [
+        _secret_env(storage.access_key_id_env or "AWS_ACCESS_KEY_ID", secret, "AWS_ACCESS_KEY_ID"),
+        _secret_env(storage.secret_access_key_env or "AWS_SECRET_ACCESS_KEY", secret, "AWS_SECRET_ACCESS_KEY"),
+        _secret_env(storage.session_token_env or "AWS_SESSION_TOKEN", secret, "AWS_SESSION_TOKEN", optional=True),
+        _secret_env("AWS_ENDPOINT_URL", secret, "AWS_ENDPOINT_URL", optional=True),
+        _secret_env("AWS_DEFAULT_REGION", secret, "AWS_DEFAULT_REGION", optional=True),
+    ]
+
+
+def _env_var_suffix(family: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in family).upper()
+
+
+def _sidecar_container_name(family: str) -> str:
+    return k8s_name("env-" + "".join(c if c.isalnum() else "-" for c in family.lower()).strip("-"))
+
+
+def _env_sidecar(spec: SweepSpec, sidecar: EnvSidecar, index: int) -> Obj:
+    c = spec.cluster
+    name = _sidecar_container_name(sidecar.family)
+    port = f"env{index}"
+    return {
+        "name": name,
+        "image": c.sidecar_image(sidecar),
+        "imagePullPolicy": c.images.pull_policy,
+        "restartPolicy": "Always",  # a native sidecar: started before the worker, stopped after it
+        "command": ["thicket"],
+        "args": ["serve-env", sidecar.family, "--host", "0.0.0.0", "--port", str(sidecar.port), *sidecar.args],
+        "env": [_env("HOME", "/tmp"), _env("PYTHONUNBUFFERED", "1")],
+        "ports": [{"name": port, "containerPort": sidecar.port, "protocol": "TCP"}],
+        "startupProbe": _http_probe(
+            "/ready", port, 2, c.probes.timeout_s, max(1, math.ceil(c.probes.env_startup_s / 2))
+        ),
+        "readinessProbe": _http_probe("/ready", port, c.probes.period_s, c.probes.timeout_s, c.probes.readiness_failures),
+        "resources": _resources(sidecar.resources or c.resources.env),
+        "securityContext": _security(read_only=True),
+        "volumeMounts": [{"name": f"tmp-{name}", "mountPath": "/tmp"}],
+    }
+
+
+def pod_model(spec: SweepSpec) -> str:
+    """What the pod's vLLM loads: a hub id, or an absolute path inside the model cache mount. A path
+    on this machine (relative, or absolute elsewhere) would be taken for a hub id in the pod."""
+    c = spec.cluster
+    model = c.model or spec.policy.model or ""
+    field = "cluster.model" if c.model else "policy.model (cluster.model unset)"
+    cache = c.model_cache_path.rstrip("/") + "/"
+    if model.startswith("/"):
+        if not model.startswith(cache):
+            raise BadInput(f"{field}: {model!r} is outside the model cache ({c.model_cache_path}), which is all "
+                           "the pod's vLLM can see; use a hub id or a path under cluster.model_cache_path")
+    elif model.startswith(("./", "../", "~")) or Path(model).is_dir():
+        raise BadInput(f"{field}: {model!r} is a folder on this machine, which a pod cannot see; set cluster.model "
+                       f"to a hub id, or copy the folder into the model cache and name it there "
+                       f"(e.g. {cache}{Path(model).name})")
+    return model
+
+
+def vllm_args(spec: SweepSpec) -> list[str]:
+    c = spec.cluster
+    args = [
+        "--model", pod_model(spec),
+        "--served-model-name", served_model_name(spec),
+        "--host", "0.0.0.0",  # kubelet probes reach the pod IP
+        "--port", str(c.vllm_port),
+        *COMMON_ARGS,  # as `thicket run` starts vLLM: prefix caching, cached_tokens in usage
+    ]
+    extra = [a for a in c.vllm_args if a not in COMMON_ARGS]
+    flags = {a.split("=", 1)[0] for a in extra}
+    if c.gpus > 1 and not flags & {"--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp"}:
+        args += ["--tensor-parallel-size", str(c.gpus)]
+    return args + extra
+
+
+def _vllm_container(spec: SweepSpec) -> Obj:
+    c = spec.cluster
+    env = [
+        _env("HF_HOME", c.hf_home),
+        _env("HOME", "/tmp"),
+        _env("VLLM_NO_USAGE_STATS", "1"),
+        _env("DO_NOT_TRACK", "1"),
+    ]
+    if c.hf_token_secret:
+        env.append(_secret_env("HF_TOKEN", c.hf_token_secret, "HF_TOKEN"))
+    p = c.probes
+    return {
+        "name": VLLM,
+        "image": c.images.vllm,
+        "imagePullPolicy": c.images.pull_policy,
+        "restartPolicy": "Always",
+        "command": VLLM_COMMAND,
+        "args": vllm_args(spec),
+        "env": env,
+        "ports": [{"name": "vllm", "containerPort": c.vllm_port, "protocol": "TCP"}],
+        # Loading a large model can take many minutes: the startup probe allows vllm_startup_s.
+        "startupProbe": _http_probe("/v1/models", "vllm", p.period_s, p.timeout_s, max(1, math.ceil(p.vllm_startup_s / p.period_s))),
+        "readinessProbe": _http_probe("/v1/models", "vllm", p.period_s, p.timeout_s, p.readiness_failures),
+        "resources": _resources(c.resources.vllm, c.gpus),
+        "securityContext": _security(read_only=False),
+        "volumeMounts": [
+            {"name": "model-cache", "mountPath": c.model_cache_path},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "tmp-vllm", "mountPath": "/tmp"},
+        ],
+    }
+
+
+def _worker_container(spec: SweepSpec, sidecars: list[EnvSidecar]) -> Obj:
+    c = spec.cluster
+    waits: list[str] = []
+    env = [_env("HOME", "/tmp"), _env("PYTHONUNBUFFERED", "1"), _env(LOG_FORMAT_VARIABLE, "json")]
+    if serves_vllm(spec):
+        waits += ["--wait-for", f"http://127.0.0.1:{c.vllm_port}/v1/models"]
+    if sidecars:
+        # The worker's envs come from the sidecar serving tasks.env (thicket.rollout.envs).
+        main = next((s for s in sidecars if s.family == spec.tasks.env), sidecars[0])
+        env.append(_env("THICKET_ENV_URL", f"http://127.0.0.1:{main.port}"))
+    for sidecar in sidecars:
+        url = f"http://127.0.0.1:{sidecar.port}"
+        waits += ["--wait-for", f"{url}/ready"]
+        env.append(_env(f"THICKET_ENV_URL_{_env_var_suffix(sidecar.family)}", url))
+    return {
+        "name": WORKER,
+        "image": c.images.worker,
+        "imagePullPolicy": c.images.pull_policy,
+        "command": ["thicket"],
+        # The index comes from $JOB_COMPLETION_INDEX, which the Job controller sets in every pod.
+        "args": ["worker", f"{SPEC_DIR}/{SPEC_KEY}", "--wait-ready-timeout", str(c.wait_ready_timeout_s),
+                 "--metrics-port", str(c.metrics_port), *waits],
+        "env": env + s3_env(spec),
+        "ports": [{"name": METRICS_PORT_NAME, "containerPort": c.metrics_port, "protocol": "TCP"}],
+        "resources": _resources(c.resources.worker),
+        "securityContext": _security(read_only=True),
+        "volumeMounts": [
+            {"name": "spec", "mountPath": SPEC_DIR, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+
+
+def _common_pod(spec: SweepSpec, node_selector: dict, tolerations: list) -> Obj:
+    c = spec.cluster
+    pod: Obj = {"restartPolicy": "Never", "enableServiceLinks": False}
+    if c.priority_class_name:
+        pod["priorityClassName"] = c.priority_class_name
+    if node_selector:
+        pod["nodeSelector"] = dict(sorted(node_selector.items()))
+    if tolerations:
+        pod["tolerations"] = [t.manifest() for t in tolerations]
+    if c.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": n} for n in c.image_pull_secrets]
+    pod["securityContext"] = _pod_security(spec)
+    return pod

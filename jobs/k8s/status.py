@@ -1,0 +1,296 @@
+"""A sweep's state on the cluster: per-index status (`thicket status`), the pod of an index
+(`thicket logs`), and waiting for a Job (`thicket wait-job`)."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from thicket.errors import BadInput, Unavailable
+from thicket.k8s.client import Kube, _one_line
+from thicket.k8s.names import COMPONENT_LABEL, SPEC_KEY, SWEEP_LABEL
+from thicket.spec import SweepSpec
+
+Obj = dict[str, Any]
+
+
+INDEX_KEY = "batch.kubernetes.io/job-completion-index"
+
+
+# -- status -------------------------------------------------------------------------------------
+def parse_index_set(text: str | None) -> set[int]:
+    """'1,3-5,7' (a Job's completedIndexes / failedIndexes) -> {1, 3, 4, 5, 7}."""
+    out: set[int] = set()
+    for part in (text or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        low, _, high = part.partition("-")
+        out.update(range(int(low), int(high or low) + 1))
+    return out
+
+
+def format_index_set(indexes: set[int] | list[int], limit: int = 8) -> str:
+    """{0, 1, 2, 5} -> '0-2,5' (at most `limit` runs, then '…')."""
+    runs: list[str] = []
+    ordered = sorted(indexes)
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        runs.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(runs[:limit]) + (",…" if len(runs) > limit else "")
+
+
+def parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m {secs:02d}s"
+    return f"{secs}s"
+
+
+def job_state(job: Obj) -> str:
+    status = job.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("status") == "True" and condition.get("type") in ("Complete", "Failed", "Suspended"):
+            reason = condition.get("reason")
+            return condition["type"] + (f" ({reason})" if reason and condition["type"] == "Failed" else "")
+    if (job.get("spec") or {}).get("suspend"):
+        return "Suspended"
+    return "Running" if status.get("active") else "Pending"
+
+
+def finished(job: Obj) -> bool:
+    return job_state(job).split(" ")[0] in ("Complete", "Failed")
+
+
+@dataclass
+class SweepStatus:
+    sweep: str
+    namespace: str
+    job: str
+    state: str
+    completions: int
+    indexes: dict[str, set[int]]  # completed / failed / running / pending / waiting
+    started: datetime | None
+    ended: datetime | None
+    tasks_total: int | None = None
+    tasks_committed: int | None = None
+    storage_note: str | None = None
+    sweep_uri: str | None = None
+    aggregate: str | None = None
+    now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+
+    @property
+    def fraction(self) -> float:
+        if self.tasks_total and self.tasks_committed is not None:
+            return min(1.0, self.tasks_committed / self.tasks_total)
+        return len(self.indexes["completed"]) / self.completions if self.completions else 0.0
+
+    @property
+    def elapsed_s(self) -> float | None:
+        if self.started is None:
+            return None
+        return ((self.ended or self.now) - self.started).total_seconds()
+
+    @property
+    def eta_s(self) -> float | None:
+        f, elapsed = self.fraction, self.elapsed_s
+        if self.ended is not None or elapsed is None or f <= 0 or f >= 1:
+            return None
+        return elapsed * (1 - f) / f
+
+    def lines(self) -> list[str]:
+        counts = ", ".join(
+            f"{len(v)} {k}" + (f" [{format_index_set(v)}]" if v and k != "waiting" else "")
+            for k, v in self.indexes.items() if v
+        )
+        when = ""
+        if self.started is not None:
+            when = f", started {self.started:%Y-%m-%d %H:%M:%S}Z, {format_duration(self.elapsed_s or 0)} {'in all' if self.ended else 'ago'}"
+        out = [
+            f"sweep      {self.sweep} (namespace {self.namespace})",
+            f"job        {self.job}: {self.state}{when}",
+            f"indexes    {self.completions}: {counts or 'none started'}",
+        ]
+        if self.tasks_committed is not None:
+            out.append(f"tasks      {self.tasks_committed} of {self.tasks_total} committed ({self.fraction:.1%}) in {self.sweep_uri}")
+        elif self.storage_note:
+            out.append(f"tasks      {self.tasks_total or '?'} in all; committed: unknown ({self.storage_note})")
+        if self.aggregate:
+            out.append(f"aggregate  {self.aggregate}")
+        return out
+
+
+def sweep_jobs(kube: Kube, namespace: str, sweep: str) -> dict[str, Obj]:
+    jobs = kube.list("Job", namespace, f"{SWEEP_LABEL}={sweep}")
+    found = {(j["metadata"].get("labels") or {}).get(COMPONENT_LABEL, ""): j for j in jobs}
+    if "rollout" not in found:
+        raise BadInput(f"no sweep {sweep!r} in namespace {namespace!r}: submit it with `thicket submit SPEC`, or pass -n NAMESPACE")
+    return found
+
+
+def pod_index(pod: Obj) -> int | None:
+    meta = pod.get("metadata") or {}
+    raw = (meta.get("labels") or {}).get(INDEX_KEY) or (meta.get("annotations") or {}).get(INDEX_KEY)
+    return int(raw) if raw is not None and str(raw).isdigit() else None
+
+
+def sweep_spec_from_cluster(kube: Kube, namespace: str, sweep: str) -> SweepSpec | None:
+    import yaml
+
+    from thicket.spec import parse_spec
+
+    maps = kube.list("ConfigMap", namespace, f"{SWEEP_LABEL}={sweep},{COMPONENT_LABEL}=spec")
+    if not maps:
+        return None
+    return parse_spec(yaml.safe_load(maps[0]["data"][SPEC_KEY]), f"configmap/{maps[0]['metadata']['name']}")
+
+
+def committed_count(spec: SweepSpec) -> int:
+    """Committed tasks of the spec's range, from the commit markers' names (a listing, no reads)."""
+    from thicket.shards.storage import commit_key
+    from thicket.storage import open_store
+
+    settings = spec.storage.settings() if hasattr(spec, "storage") else None
+    store = open_store(spec.sweep_uri, settings) if settings is not None else open_store(spec.sweep_uri)
+    prefix = commit_key(0).rsplit("/", 1)[0] + "/"
+    pattern = re.compile(r"task-(\d+)\.json$")
+    tasks = {int(m.group(1)) for key in store.list(prefix) if (m := pattern.search(key))}
+    return sum(1 for task in tasks if spec.tasks.start <= task < spec.tasks.stop)
+
+
+def sweep_status(kube: Kube, namespace: str, sweep: str, storage: bool = True) -> SweepStatus:
+    jobs = sweep_jobs(kube, namespace, sweep)
+    job = jobs["rollout"]
+    spec_obj, status = job.get("spec") or {}, job.get("status") or {}
+    completions = int(spec_obj.get("completions") or 0)
+    completed = parse_index_set(status.get("completedIndexes"))
+    failed = parse_index_set(status.get("failedIndexes"))
+    running: set[int] = set()
+    pending: set[int] = set()
+    for pod in kube.list("Pod", namespace, f"{SWEEP_LABEL}={sweep},{COMPONENT_LABEL}=rollout"):
+        index = pod_index(pod)
+        if index is None or index in completed or index in failed or (pod["metadata"].get("deletionTimestamp")):
+            continue
+        phase = (pod.get("status") or {}).get("phase")
+        if phase == "Running":
+            running.add(index)
+        elif phase == "Pending":
+            pending.add(index)
+    pending -= running
+    waiting = set(range(completions)) - completed - failed - running - pending
+    result = SweepStatus(
+        sweep=sweep, namespace=namespace, job=job["metadata"]["name"], state=job_state(job), completions=completions,
+        indexes={"completed": completed, "failed": failed, "running": running, "pending": pending, "waiting": waiting},
+        started=parse_time(status.get("startTime")), ended=parse_time(status.get("completionTime")),
+    )
+    if finished(job) and result.ended is None:
+        times = [parse_time(c.get("lastTransitionTime")) for c in status.get("conditions") or [] if c.get("status") == "True"]
+        result.ended = max((t for t in times if t), default=None)
+    spec = sweep_spec_from_cluster(kube, namespace, sweep)
+    if spec is not None:
+        result.tasks_total, result.sweep_uri = spec.tasks.count, spec.sweep_uri
+        if storage:
+            try:
+                result.tasks_committed = committed_count(spec)
+            except Exception as err:  # storage unreachable from here: the Job's view still stands
+                result.storage_note = _one_line(str(err))[:200]
+        else:
+            result.storage_note = "storage not read"
+    if "aggregate" in jobs:
+        agg = jobs["aggregate"]
+        state = job_state(agg)
+        result.aggregate = f"job {agg['metadata']['name']}: " + (
+            "waiting for the rollout" if state in ("Running", "Pending") and not finished(job) else state
+        )
+    return result
+
+
+def render_status(status: SweepStatus) -> Any:
+    """The status lines plus a progress bar and ETA, as one rich renderable."""
+    from rich.console import Group
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+    from rich.text import Text
+
+    bar = Table.grid(padding=(0, 1))
+    bar.add_column(width=10)
+    bar.add_column(width=40)
+    bar.add_column()
+    total = status.tasks_total if status.tasks_committed is not None else status.completions
+    done = status.tasks_committed if status.tasks_committed is not None else len(status.indexes["completed"])
+    eta = status.eta_s
+    tail = f"{status.fraction:6.1%}" + (f"  ETA {format_duration(eta)}" if eta is not None else "")
+    bar.add_row("progress", ProgressBar(total=max(total or 1, 1), completed=done or 0, width=40), tail)
+    return Group(*(Text(line) for line in status.lines()), bar)
+
+
+# -- logs, cancel, wait ---------------------------------------------------------------------
+def index_pod(kube: Kube, namespace: str, sweep: str, index: int) -> Obj:
+    job = sweep_jobs(kube, namespace, sweep)["rollout"]
+    completions = int((job.get("spec") or {}).get("completions") or 0)
+    if not 0 <= index < completions:
+        raise BadInput(f"--index: {index} is outside 0-{completions - 1} for sweep {sweep!r}")
+    pods = [p for p in kube.list("Pod", namespace, f"{SWEEP_LABEL}={sweep},{COMPONENT_LABEL}=rollout") if pod_index(p) == index]
+    if not pods:
+        raise BadInput(f"--index: no pod for index {index} of sweep {sweep!r} yet (see `thicket status {sweep}`)")
+    return max(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "")
+
+
+def wait_job(
+    kube: Kube, namespace: str, name: str, timeout_s: float = 0, interval_s: float = 10,
+    echo: Callable[[str], None] = print, sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> str:
+    """Poll Job `name` until it is Complete or Failed; returns that state. timeout_s 0: no limit."""
+    start = clock()
+    last = None
+    missing_since: float | None = None
+    while True:
+        job = kube.get("Job", namespace, name)
+        if job is None:
+            missing_since = missing_since if missing_since is not None else clock()
+            if clock() - missing_since > max(120.0, 3 * interval_s):
+                raise Unavailable(f"job/{name} does not exist in namespace {namespace!r}")
+            line = f"job/{name}: not found yet"
+        else:
+            missing_since = None
+            status = job.get("status") or {}
+            done = len(parse_index_set(status.get("completedIndexes"))) if "completedIndexes" in status else status.get("succeeded", 0)
+            line = (f"job/{name}: {job_state(job)}, {done} of {(job.get('spec') or {}).get('completions', '?')} completed, "
+                    f"{len(parse_index_set(status.get('failedIndexes')))} failed")
+            if finished(job):
+                echo(line)
+                return job_state(job).split(" ")[0]
+        if line != last:
+            echo(line)
+            last = line
+        if timeout_s and clock() - start >= timeout_s:
+            raise Unavailable(f"job/{name} did not finish within {timeout_s:g} s")
+        sleep(interval_s)
+
+
+def stdout_write(chunk: bytes) -> None:
+    sys.stdout.buffer.write(chunk)
+    sys.stdout.buffer.flush()

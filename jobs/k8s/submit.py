@@ -1,0 +1,191 @@
+"""submit and cancel: create-or-update a sweep's objects after checking what they need (namespace,
+S3 Secret, model-cache PVC, pull secrets); delete them again."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from thicket.errors import BadInput, Unavailable
+from thicket.k8s.client import Conflict, Forbidden, Kube
+from thicket.k8s.names import SWEEP_LABEL, TEMPLATE_HASH, serves_vllm
+from thicket.spec import SweepSpec
+
+Obj = dict[str, Any]
+
+
+# What `cancel` deletes, in this order (Jobs first: their pods go with them).
+SWEEP_KINDS = ("Job", "ConfigMap", "RoleBinding", "Role", "ServiceAccount")
+
+
+EXAMPLE_ANNOTATION = "thicket.dev/example"
+
+
+S3_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
+# -- submit -------------------------------------------------------------------------------------
+def is_subset(want: Any, have: Any) -> bool:
+    """Whether everything in `want` is in `have` (the server adds defaults and status)."""
+    if isinstance(want, dict):
+        return isinstance(have, dict) and all(k in have and is_subset(v, have[k]) for k, v in want.items())
+    if isinstance(want, list):
+        return isinstance(have, list) and len(want) == len(have) and all(map(is_subset, want, have))
+    return want == have
+
+
+def _meta_subset(obj: Obj) -> Obj:
+    return {k: obj["metadata"][k] for k in ("labels", "annotations") if k in obj["metadata"]}
+
+
+def preflight(kube: Kube, spec: SweepSpec) -> list[str]:
+    """Refuse what would leave pods stuck: a missing namespace, Secret or PVC. Returns warnings."""
+    c = spec.cluster
+    ns = c.namespace
+    warnings: list[str] = []
+    if "://" not in spec.output or spec.output.startswith("file://"):
+        raise BadInput(
+            f"output: {spec.output!r} is a local path; a cluster sweep needs an object store "
+            "(s3://bucket/prefix): a pod's disk goes away with the pod"
+        )
+
+    def check(kind: str, name: str, field_name: str, hint: str) -> Obj | None:
+        try:
+            obj = kube.get(kind, ns, name)
+        except Forbidden:
+            warnings.append(f"cannot read {kind.lower()}/{name} (forbidden): not checked")
+            return None
+        if obj is None:
+            raise BadInput(f"{field_name}: {kind.lower()} {name!r} not found in namespace {ns!r}: {hint}")
+        return obj
+
+    try:
+        if kube.get("Namespace", "", ns) is None:
+            raise BadInput(
+                f"cluster.namespace: namespace {ns!r} does not exist: create it (kubectl apply -k k8s/) "
+                "or set cluster.namespace"
+            )
+    except Forbidden:
+        pass  # namespaced accounts cannot read namespaces; the first create will tell
+    if c.s3_secret:
+        secret = check("Secret", c.s3_secret, "cluster.s3_secret",
+                       "create it with your S3 credentials (see k8s/s3-credentials.example.yaml)")
+        if secret is not None:
+            if (secret["metadata"].get("annotations") or {}).get(EXAMPLE_ANNOTATION) == "true":
+                raise BadInput(
+                    f"cluster.s3_secret: secret {c.s3_secret!r} still holds the example placeholder values "
+                    "from k8s/: put your real S3 credentials in it and drop its thicket.dev/example annotation"
+                )
+            have = set(secret.get("data") or {}) | set(secret.get("stringData") or {})
+            missing = [k for k in S3_KEYS if k not in have]
+            if missing:
+                raise BadInput(f"cluster.s3_secret: secret {c.s3_secret!r} has no key {missing[0]}")
+    if serves_vllm(spec) and c.model_cache_pvc:
+        check("PersistentVolumeClaim", c.model_cache_pvc, "cluster.model_cache_pvc",
+              "create it (see k8s/model-cache-pvc.yaml) or set cluster.model_cache_pvc: null for an emptyDir")
+    if serves_vllm(spec) and c.hf_token_secret:
+        check("Secret", c.hf_token_secret, "cluster.hf_token_secret", "create it with key HF_TOKEN")
+    for name in c.image_pull_secrets:
+        check("Secret", name, "cluster.image_pull_secrets", "create it (kubectl create secret docker-registry)")
+    return warnings
+
+
+def _wait_gone(kube: Kube, kind: str, ns: str, name: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while kube.get(kind, ns, name) is not None:
+        if time.monotonic() > deadline:
+            raise Unavailable(f"{kind.lower()}/{name} was not deleted within {timeout_s:g} s")
+        time.sleep(1)
+
+
+def apply_object(kube: Kube, obj: Obj, replace: bool = False) -> str:
+    """Create or update one object; returns created / unchanged / updated / replaced."""
+    kind, meta = obj["kind"], obj["metadata"]
+    ns, name = meta["namespace"], meta["name"]
+    live = kube.get(kind, ns, name)
+    if live is None:
+        try:
+            kube.create(obj)
+            return "created"
+        except Conflict:
+            live = kube.get(kind, ns, name)
+            if live is None:
+                raise
+    if kind == "Job":
+        want_hash = meta["annotations"][TEMPLATE_HASH]
+        have_hash = (live["metadata"].get("annotations") or {}).get(TEMPLATE_HASH)
+        if want_hash != have_hash:
+            if not replace:
+                raise BadInput(
+                    f"job/{name} exists with a different pod template (a Job's template cannot change): "
+                    "rerun with --replace to delete and recreate it (committed tasks are kept and skipped), "
+                    "or rename the sweep"
+                )
+            kube.delete("Job", ns, name, propagation="Foreground")
+            _wait_gone(kube, "Job", ns, name)
+            kube.create(obj)
+            return "replaced"
+        mutable = {k: obj["spec"][k] for k in ("parallelism", "ttlSecondsAfterFinished", "maxFailedIndexes") if k in obj["spec"]}
+        want = {"metadata": _meta_subset(obj), "spec": mutable}
+        if is_subset(want, live):
+            return "unchanged"
+        kube.patch("Job", ns, name, want)
+        return "updated"
+    if kind == "RoleBinding" and live.get("roleRef") != obj.get("roleRef"):
+        kube.delete(kind, ns, name)  # roleRef is immutable
+        _wait_gone(kube, kind, ns, name)
+        kube.create(obj)
+        return "updated"
+    if is_subset(obj, live):
+        return "unchanged"
+    body = json.loads(json.dumps(obj))
+    body["metadata"]["resourceVersion"] = live["metadata"].get("resourceVersion")
+    kube.replace(body)
+    return "updated"
+
+
+def submit(kube: Kube, spec: SweepSpec, objects: list[Obj], replace: bool = False,
+           echo: Callable[[str], None] = print) -> dict[str, str]:
+    for warning in preflight(kube, spec):
+        echo(f"warning: {warning}")
+    # Jobs whose pod template changed go first, before the ConfigMap changes under running pods.
+    stale = []
+    for obj in objects:
+        if obj["kind"] == "Job":
+            meta = obj["metadata"]
+            live = kube.get("Job", meta["namespace"], meta["name"])
+            if live is not None and (live["metadata"].get("annotations") or {}).get(TEMPLATE_HASH) != meta["annotations"][TEMPLATE_HASH]:
+                stale.append(obj)
+    if stale and not replace:
+        raise BadInput(
+            f"job/{stale[0]['metadata']['name']} exists with a different pod template (a Job's template cannot "
+            "change): rerun with --replace to delete and recreate it (committed tasks are kept and skipped), "
+            "or rename the sweep"
+        )
+    for obj in stale:
+        meta = obj["metadata"]
+        kube.delete("Job", meta["namespace"], meta["name"], propagation="Foreground")
+        _wait_gone(kube, "Job", meta["namespace"], meta["name"])
+    replaced = {f"job/{o['metadata']['name']}" for o in stale}
+    done: dict[str, str] = {}
+    for obj in objects:
+        key = f"{obj['kind'].lower()}/{obj['metadata']['name']}"
+        action = apply_object(kube, obj, replace)
+        done[key] = "replaced" if key in replaced and action == "created" else action
+        echo(f"{key} {done[key]}")
+    return done
+
+
+def cancel(kube: Kube, namespace: str, sweep: str, echo: Callable[[str], None] = print) -> int:
+    deleted = 0
+    for kind in SWEEP_KINDS:
+        for obj in kube.list(kind, namespace, f"{SWEEP_LABEL}={sweep}"):
+            name = obj["metadata"]["name"]
+            if kube.delete(kind, namespace, name):
+                deleted += 1
+                echo(f"{kind.lower()}/{name} deleted")
+    if not deleted:
+        raise BadInput(f"no sweep {sweep!r} in namespace {namespace!r} (nothing to cancel)")
+    return deleted
