@@ -337,7 +337,7 @@ class Rehearsal:
     aggregate: bool = True
 
     def run(self) -> Iterator[PodRun | LocalS3]:
-        require_images([self.images.worker, self.images.s3, *self._used_images()])
+        require_images([self.images.s3])
         ensure_network(self.network)
         s3 = start_s3(self.images.s3, self.network, bucket="thicket")
         yield s3
@@ -354,6 +354,7 @@ class Rehearsal:
         uid = spec.cluster.run_as_user
         folders = self.workdir / "volumes"
         pod = job_pod(rollout, f"{job_names['rollout']}-{self.index}", self.index, folders, uid, cache)
+        require_images(sorted({c["image"] for c in pod["spec"]["containers"]}))  # what the pod runs, no more
         run = run_pod([config, pod], WORKER, self.network, self.workdir / "logs", self.timeout_s)
         yield run
         aggregation = [o for o in objects if o["kind"] == "Job" and o["metadata"]["name"] == job_names["aggregate"]]
@@ -361,10 +362,6 @@ class Rehearsal:
             pod = job_pod(aggregation[0], job_names["aggregate"], None, folders, uid, cache)
             pod["spec"].pop("initContainers", None)  # wait-job: no API server here
             yield run_pod([pod], "aggregate", self.network, self.workdir / "logs", self.timeout_s)
-
-    def _used_images(self) -> list[str]:
-        used = [self.images.env] if self.spec.cluster.sidecars(self.spec.tasks) else []
-        return used + ([self.images.vllm_cpu] if self.spec.policy.kind == "vllm" else [])
 
 
 def sweep_uri(spec: SweepSpec, s3: LocalS3) -> str:
