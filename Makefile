@@ -69,8 +69,7 @@ clean:
 	rm -rf out models $(VENV) $(VLLM_VENV) *.egg-info
 
 # --- Kubernetes ------------------------------------------------------------------------------
-# make rollout SPEC=sweeps/x.yaml   validate, render, and `kubectl apply -f -` when a cluster is
-#                                   configured (else print the manifests and say so)
+# make rollout SPEC=sweeps/x.yaml   thicket submit: its checks, then create or update the objects
 # make status SWEEP=name [NAMESPACE=ns]   make aggregate SWEEP_URI=s3://b/p/name
 # make pull SWEEP_URI=s3://b/p/name [DEST=data]
 # make images [REGISTRY=...] [DOCKER=podman|docker] [IMAGES="worker env"]   make push REGISTRY=...
@@ -89,14 +88,7 @@ export SPEC SWEEP SWEEP_URI DEST NAMESPACE
 
 rollout: venv
 	@test -n "$$SPEC" || { echo "usage: make rollout SPEC=sweeps/NAME.yaml" >&2; exit 2; }
-	$(BIN)/thicket validate "$$SPEC"
-	@if [ -n "$$KUBERNETES_SERVICE_HOST" ] || $(KUBECTL) config current-context >/dev/null 2>&1; then \
-		echo "$(BIN)/thicket render \"$$SPEC\" | $(KUBECTL) apply -f -"; \
-		$(BIN)/thicket render "$$SPEC" | $(KUBECTL) apply -f -; \
-	else \
-		$(BIN)/thicket render "$$SPEC"; \
-		echo "no Kubernetes cluster configured (no kubectl context): printed the manifests instead of applying them" >&2; \
-	fi
+	$(BIN)/thicket submit "$$SPEC"
 
 status: venv
 	@test -n "$$SWEEP" || { echo "usage: make status SWEEP=name [NAMESPACE=ns]" >&2; exit 2; }

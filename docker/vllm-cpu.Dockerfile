@@ -27,12 +27,11 @@ RUN apt-get update -qq \
  && { python -c "import os, sysconfig, sys; sys.exit(not os.path.exists(sysconfig.get_paths()['include'] + '/Python.h'))" \
       || apt-get install -y -qq --no-install-recommends python3-dev >/dev/null; } \
  && rm -rf /var/lib/apt/lists/*
-RUN groupadd --gid 1000 vllm \
- && useradd --uid 1000 --gid 1000 --home-dir /tmp --no-create-home --shell /usr/sbin/nologin vllm
+# Like the upstream vllm/vllm-openai image: root by default, no user for the pod's uid, and HOME is /root.
+# The rendered pod runs it as uid 1000 with a read-only root filesystem: what vLLM needs for that
+# (USER, HOME and every cache on the /tmp emptyDir) comes from the pod spec, not from this image.
 COPY --from=build /opt/vllm /opt/vllm
-ENV PATH=/opt/vllm/bin:${PATH} PYTHONUNBUFFERED=1 HOME=/tmp VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
+ENV PATH=/opt/vllm/bin:${PATH} PYTHONUNBUFFERED=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
     VLLM_CPU_KVCACHE_SPACE=1
-USER 1000:1000
-WORKDIR /tmp
 ENTRYPOINT []
 CMD ["python3", "-m", "vllm.entrypoints.openai.api_server", "--help"]

@@ -27,5 +27,14 @@ class Unavailable(ThicketError):
     exit_code = ExitCode.UNAVAILABLE
 
 
+class NothingAnswers(BadInput):
+    """Nothing answered at a URL for a whole start-up window. Run by hand, that is a wrong URL
+    (exit 2). In a pod it may be a server or DNS not up yet: `thicket worker` reports it as
+    Unavailable (exit 3), so the index is retried with its backoff instead of failed for good."""
+
+    def unavailable(self) -> Unavailable:
+        return Unavailable(f"{self.args[0]} (retried with the index's backoff)")
+
+
 class DeadlineExceeded(ThicketError):
     exit_code = ExitCode.DEADLINE

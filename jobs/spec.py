@@ -23,7 +23,8 @@ from pydantic import (
 from thicket.aggregate.params import DatasetsSpec
 from thicket.envs import env_names
 from thicket.errors import BadInput
-from thicket.k8s.spec import DNS_LABEL, ClusterSpec
+from thicket.k8s.spec import ClusterSpec
+from thicket.k8s.values import DNS_LABEL
 from thicket.search import AnySearch
 from thicket.storage.store import StorageSettings
 

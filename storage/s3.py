@@ -37,7 +37,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
 from thicket import metrics
-from thicket.storage.store import StorageSettings, Store, StoreConfigError, StoreError, StoreUnavailable
+from thicket.storage.store import StorageSettings, Store, StoreConfigError, StoreError, StoreNotAnswering, StoreUnavailable
 from thicket.unreachable import nobody_listens
 
 log = logging.getLogger("thicket.storage.s3")
@@ -222,7 +222,7 @@ class S3Store(Store):
             reason = nobody_listens(err.__cause__) if err.__cause__ is not None else None
             if reason is None:
                 raise
-            raise StoreConfigError(
+            raise StoreNotAnswering(
                 f"{endpoint_field(self.settings)}: nothing answers at {self.endpoint} ({reason}, for "
                 f"{self.settings.startup_connect_s:g}s): check the URL and that the server is running"
             ) from None

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from thicket.errors import BadInput, ThicketError, Unavailable
+from thicket.errors import BadInput, NothingAnswers, ThicketError, Unavailable
 
 
 class StoreError(ThicketError):
@@ -30,6 +30,10 @@ class StoreConfigError(StoreError, BadInput):
 
 class StoreUnavailable(StoreError, Unavailable):
     """The store did not answer, or kept failing transiently, until the retry deadline."""
+
+
+class StoreNotAnswering(StoreConfigError, NothingAnswers):
+    """Nothing listened at the endpoint for the whole start-up window."""
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-pytest_plugins = ["s3_server"]
+pytest_plugins = ["tests.support.s3_server"]
 
 import subprocess
 from collections.abc import Iterator

@@ -1,4 +1,4 @@
-"""The controls of docs/security.md, each proved here (the sandbox's are in test_envs_more.py).
+"""The controls of docs/security.md, each proved here (the sandbox's are in envs/test_sandbox.py).
 
 - credentials: only env var NAMES in specs, secretKeyRef in manifests, no secret value in any
   manifest, ConfigMap, log line, shard or dataset;
@@ -30,8 +30,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from test_manifests import BASE
 
+from tests.support.manifests import BASE, SWEEPS
 from thicket.k8s.render import render, to_yaml
 from thicket.spec import load_spec, parse_spec
 
@@ -315,11 +315,8 @@ def test_a_default_env_server_is_not_reachable_off_loopback(default_env_server):
 
 # -- pods are locked down ------------------------------------------------------------------------
 
-WRITABLE_ROOT = {"vllm"}  # vLLM and its compilers write caches outside the mounted folders
-
-
 def all_rendered() -> list[dict[str, Any]]:
-    specs = [load_spec(path) for path in sorted((ROOT / "sweeps").glob("*.yaml"))]
+    specs = [load_spec(path) for path in SWEEPS]
     full = {**S3_SPEC, "cluster": {**S3_SPEC["cluster"], "gpus": 2, "image_pull_secrets": ["regcred"],
                                    "envs": [{"family": "textcraft", "port": 8100}, {"family": "sciworld", "port": 8101}]}}
     return [o for spec in [*specs, parse_spec(full)] for o in render(spec)]
@@ -340,7 +337,7 @@ def test_every_container_of_every_rendered_pod_is_locked_down():
         assert sc["capabilities"] == {"drop": ["ALL"]}, container["name"]
         assert sc["runAsNonRoot"] is True and not sc.get("privileged"), container["name"]
         assert "seccompProfile" not in sc  # the pod's RuntimeDefault holds
-        assert sc["readOnlyRootFilesystem"] is (container["name"] not in WRITABLE_ROOT), container["name"]
+        assert sc["readOnlyRootFilesystem"] is True, container["name"]  # vLLM's caches too: on /tmp
     assert {"worker", "vllm", "env-textcraft", "env-sciworld"} <= seen and len(seen) >= 6
     for job in (o for o in objects if o["kind"] == "Job" and not o["metadata"]["name"].endswith("-aggregate")):
         assert job["spec"]["template"]["spec"]["automountServiceAccountToken"] is False

@@ -120,9 +120,8 @@ def test_indices_parse_and_check_bounds():
 
 
 def test_example_sweeps_are_valid():
-    from pathlib import Path
+    from tests.support.manifests import SWEEPS
 
-    sweeps = sorted(Path(__file__).parent.parent.glob("sweeps/*.yaml"))
-    assert len(sweeps) >= 4
-    for path in sweeps:
+    assert len(SWEEPS) >= 6 and any("cluster" in path.parts for path in SWEEPS)
+    for path in SWEEPS:
         load_spec(path)

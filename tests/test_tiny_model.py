@@ -1,10 +1,13 @@
-"""The random test models: their sizes, and end_logit making them end lines and turns."""
+"""The random test models: their sizes, end_logit making them end lines and turns, and the torch
+that building one needs."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,3 +50,8 @@ def test_end_logit_makes_the_model_end_lines_and_turns(tmp_path: Path) -> None:
 def test_an_unknown_size_is_refused(tmp_path: Path) -> None:
     with pytest.raises(BadInput, match="model size: 'huge' is not one of tiny, small"):
         build_tiny_model(tmp_path / "m", size="huge")
+
+
+def test_build_tiny_model_needs_torch(tmp_path: Any) -> None:
+    with pytest.raises(BadInput, match="lacks torch"):
+        build_tiny_model(tmp_path / "m", python=sys.executable)

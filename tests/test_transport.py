@@ -9,8 +9,7 @@ import threading
 import httpx
 import pytest
 
-from http_stub import QuietHandler, serving
-
+from tests.support.http_stub import QuietHandler, serving
 from thicket.transport import HttpxExchange, LeanExchange, exchange_for
 
 

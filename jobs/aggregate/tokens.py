@@ -98,29 +98,29 @@ def token_rows(forest: Forest) -> TokenRows:
 
 
 def _build(
-    forest: Forest, c: _Columns, leaves: np.ndarray, paths: np.ndarray, kept: np.ndarray, ctx_len: np.ndarray
+    forest: Forest, columns: _Columns, leaves: np.ndarray, paths: np.ndarray, kept: np.ndarray, ctx_len: np.ndarray
 ) -> pa.Table:
     steps = paths[:, 1:]
     level = np.arange(1, paths.shape[1])
     depth = forest.depth[leaves][:, None]
     inner = level < depth
-    reply_len = np.diff(c.tok_off)
-    n_tok, n_lp, n_suf = len(c.tok), len(c.lp), len(c.suf)
+    reply_len = np.diff(columns.tok_off)
+    n_tok, n_lp, n_suf = len(columns.tok), len(columns.lp), len(columns.suf)
     # Per leaf, ranges alternate reply part / suffix part, level by level, into the
     # concatenation (reply ids, suffix ids); logprobs into (logprobs, zeros). A step keeps
     # k(v) reply ids, the leaf all of its own, and no suffix.
     lengths = np.empty((*steps.shape, 2), dtype=np.int64)
     lengths[..., 0] = np.where(inner, kept[steps], np.where(level == depth, reply_len[steps], 0))
-    lengths[..., 1] = np.where(inner, np.diff(c.suf_off)[steps], 0)
+    lengths[..., 1] = np.where(inner, np.diff(columns.suf_off)[steps], 0)
     starts = np.empty_like(lengths)
-    starts[..., 0], starts[..., 1] = c.tok_off[steps], n_tok + c.suf_off[steps]
+    starts[..., 0], starts[..., 1] = columns.tok_off[steps], n_tok + columns.suf_off[steps]
     take = ranges(starts.ravel(), lengths.ravel())
-    ids = np.concatenate([c.tok, c.suf]).astype(np.int32, copy=False)[take]
+    ids = np.concatenate([columns.tok, columns.suf]).astype(np.int32, copy=False)[take]
     mask = (take < n_tok).view(np.int8)  # reply ids 1, suffix ids 0
-    if n_lp != n_tok or not np.array_equal(c.lp_off, c.tok_off):
-        starts[..., 0], starts[..., 1] = c.lp_off[steps], n_lp + c.suf_off[steps]
+    if n_lp != n_tok or not np.array_equal(columns.lp_off, columns.tok_off):
+        starts[..., 0], starts[..., 1] = columns.lp_off[steps], n_lp + columns.suf_off[steps]
         take = ranges(starts.ravel(), lengths.ravel())
-    logprobs = np.concatenate([c.lp, np.zeros(n_suf, np.float32)]).astype(np.float32, copy=False)[take]
+    logprobs = np.concatenate([columns.lp, np.zeros(n_suf, np.float32)]).astype(np.float32, copy=False)[take]
     response_len = lengths.sum(axis=(1, 2))
     tree = forest.tree_of[leaves]
     expected = ctx_len[forest.parent[leaves]] - ctx_len[forest.roots[tree]] + reply_len[leaves]
@@ -134,7 +134,7 @@ def _build(
             "tree_id": forest.trees[tree],
             "group_id": forest.tasks[tree],
             "leaf": forest.local(leaves).astype(np.int32),
-            "prompt_ids": _prompts(forest, c, tree),
+            "prompt_ids": _prompts(forest, columns, tree),
             "response_ids": _lists(offsets, ids),
             "loss_mask": _lists(offsets, mask),
             "rollout_logprobs": _lists(offsets, logprobs),
@@ -147,18 +147,18 @@ def _build(
     )
 
 
-def _prompts(forest: Forest, c: _Columns, trees: np.ndarray) -> pa.ListArray:
+def _prompts(forest: Forest, columns: _Columns, trees: np.ndarray) -> pa.ListArray:
     """ctx(root) of each of `trees`: its root's suffix ids, copied to each run of rows of
     one tree at once (rows come tree by tree, so a forest's runs are its trees)."""
     roots = forest.roots
-    lengths = np.diff(c.suf_off)[roots][trees]
+    lengths = np.diff(columns.suf_off)[roots][trees]
     offsets = np.zeros(len(trees) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     values = np.empty(offsets[-1], dtype=np.int32)
     runs = np.flatnonzero(np.diff(trees)) + 1
     for first, end in zip(np.r_[0, runs].tolist(), np.r_[runs, len(trees)].tolist()):
-        start = c.suf_off[roots[trees[first]]]
-        prompt = c.suf[start : start + lengths[first]]
+        start = columns.suf_off[roots[trees[first]]]
+        prompt = columns.suf[start : start + lengths[first]]
         values[offsets[first] : offsets[end]].reshape(end - first, len(prompt))[:] = prompt
     return _lists(pa.array(offsets.astype(np.int32)), values)
 

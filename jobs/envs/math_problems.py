@@ -52,10 +52,10 @@ def _primes_upto(n: int) -> list[int]:
 # --- arithmetic ----------------------------------------------------------------------
 
 
-def shopping(r: random.Random) -> Problem:
-    who = r.choice(NAMES)
-    a, b = r.randint(2, 15), r.randint(1, 9)
-    n, m = r.randint(2, 9), r.randint(2, 12)
+def shopping(rng: random.Random) -> Problem:
+    who = rng.choice(NAMES)
+    a, b = rng.randint(2, 15), rng.randint(1, 9)
+    n, m = rng.randint(2, 9), rng.randint(2, 12)
     total = a * n + b * m
     bill = next(x for x in (20, 50, 100, 200) if x > total)
     q = (
@@ -65,8 +65,8 @@ def shopping(r: random.Random) -> Problem:
     return "arithmetic", q, bill - total
 
 
-def pipes(r: random.Random) -> Problem:
-    a, b = r.sample(range(2, 13), 2)
+def pipes(rng: random.Random) -> Problem:
+    a, b = rng.sample(range(2, 13), 2)
     q = (
         f"Pipe A alone fills a tank in {a} hours and pipe B alone fills it in {b} hours. "
         "How many hours do both pipes take to fill the empty tank together?"
@@ -74,9 +74,9 @@ def pipes(r: random.Random) -> Problem:
     return "arithmetic", q, Fraction(a * b, a + b)
 
 
-def average_speed(r: random.Random) -> Problem:
-    d1, d2 = r.randint(2, 30) * 10, r.randint(2, 30) * 10
-    v1, v2 = r.sample((30, 40, 45, 50, 60, 75, 80, 90, 100, 120), 2)
+def average_speed(rng: random.Random) -> Problem:
+    d1, d2 = rng.randint(2, 30) * 10, rng.randint(2, 30) * 10
+    v1, v2 = rng.sample((30, 40, 45, 50, 60, 75, 80, 90, 100, 120), 2)
     q = (
         f"A train travels {d1} km at {v1} km/h and then {d2} km at {v2} km/h. "
         "What is its average speed over the whole trip, in km/h?"
@@ -84,9 +84,9 @@ def average_speed(r: random.Random) -> Problem:
     return "arithmetic", q, Fraction(d1 + d2) / (Fraction(d1, v1) + Fraction(d2, v2))
 
 
-def percent_change(r: random.Random) -> Problem:
-    p = r.randint(4, 60) * 5
-    x, y = r.randint(1, 10) * 5, r.randint(1, 10) * 5
+def percent_change(rng: random.Random) -> Problem:
+    p = rng.randint(4, 60) * 5
+    x, y = rng.randint(1, 10) * 5, rng.randint(1, 10) * 5
     q = (
         f"A jacket costs ${p}. Its price is raised by {x}% and the new price is then "
         f"lowered by {y}%. What is the final price in dollars?"
@@ -94,17 +94,17 @@ def percent_change(r: random.Random) -> Problem:
     return "arithmetic", q, Fraction(p) * (100 + x) / 100 * (100 - y) / 100
 
 
-def fraction_sum(r: random.Random) -> Problem:
-    terms = [Fraction(r.randint(1, 9), r.randint(2, 12)) for _ in range(3)]
+def fraction_sum(rng: random.Random) -> Problem:
+    terms = [Fraction(rng.randint(1, 9), rng.randint(2, 12)) for _ in range(3)]
     q = f"Compute {terms[0]} + {terms[1]} - {terms[2]} and give the result as a fraction in lowest terms."
     return "arithmetic", q, terms[0] + terms[1] - terms[2]
 
 
-def mixture(r: random.Random) -> Problem:
-    v = r.randint(2, 20)
-    q_pct, p_pct = r.sample(range(5, 95, 5), 2)
+def mixture(rng: random.Random) -> Problem:
+    v = rng.randint(2, 20)
+    q_pct, p_pct = rng.sample(range(5, 95, 5), 2)
     lo, hi = sorted((q_pct, p_pct))
-    r_pct = r.choice([x for x in range(lo + 1, hi) if x % 5 == 0] or [lo + 1])
+    r_pct = rng.choice([x for x in range(lo + 1, hi) if x % 5 == 0] or [lo + 1])
     # v*q + x*p = (v + x)*r  ->  x = v (r - q) / (p - r)
     x = Fraction(v * (r_pct - q_pct), p_pct - r_pct)
     q = (
@@ -117,17 +117,17 @@ def mixture(r: random.Random) -> Problem:
 # --- algebra -------------------------------------------------------------------------
 
 
-def linear_equation(r: random.Random) -> Problem:
-    a, c = r.sample([k for k in range(-9, 10) if k], 2)
-    b, d = r.randint(-20, 20), r.randint(-20, 20)
+def linear_equation(rng: random.Random) -> Problem:
+    a, c = rng.sample([k for k in range(-9, 10) if k], 2)
+    b, d = rng.randint(-20, 20), rng.randint(-20, 20)
     q = f"Solve for x: {a}x + {b} = {c}x + {d}.".replace("+ -", "- ")
     return "algebra", q, Fraction(d - b, a - c)
 
 
-def linear_system(r: random.Random) -> Problem:
-    x, y = r.randint(-12, 12), r.randint(-12, 12)
+def linear_system(rng: random.Random) -> Problem:
+    x, y = rng.randint(-12, 12), rng.randint(-12, 12)
     while True:
-        a, b, c, d = (r.choice([k for k in range(-6, 7) if k]) for _ in range(4))
+        a, b, c, d = (rng.choice([k for k in range(-6, 7) if k]) for _ in range(4))
         if a * d - b * c:
             break
     e, f = a * x + b * y, c * x + d * y
@@ -135,16 +135,16 @@ def linear_system(r: random.Random) -> Problem:
     return "algebra", q, x * y
 
 
-def quadratic_root(r: random.Random) -> Problem:
-    r1, r2 = r.sample(range(-15, 16), 2)
+def quadratic_root(rng: random.Random) -> Problem:
+    r1, r2 = rng.sample(range(-15, 16), 2)
     b, c = -(r1 + r2), r1 * r2
     q = f"The equation x^2 + {b}x + {c} = 0 has two integer roots. What is the larger root?"
     return "algebra", q.replace("+ -", "- "), max(r1, r2)
 
 
-def ages(r: random.Random) -> Problem:
-    a, b = r.sample(NAMES, 2)
-    bob, years, times = r.randint(3, 20), r.randint(2, 15), r.randint(2, 4)
+def ages(rng: random.Random) -> Problem:
+    a, b = rng.sample(NAMES, 2)
+    bob, years, times = rng.randint(3, 20), rng.randint(2, 15), rng.randint(2, 4)
     alice = times * (bob + years) - years
     q = (
         f"The sum of {a}'s and {b}'s ages is {alice + bob}. In {years} years, {a} will be "
@@ -153,16 +153,16 @@ def ages(r: random.Random) -> Problem:
     return "algebra", q, bob
 
 
-def geometric_sum(r: random.Random) -> Problem:
-    a, n = r.randint(1, 9), r.randint(4, 10)
-    ratio = r.choice([Fraction(2), Fraction(3), Fraction(1, 2), Fraction(-2), Fraction(2, 3)])
+def geometric_sum(rng: random.Random) -> Problem:
+    a, n = rng.randint(1, 9), rng.randint(4, 10)
+    ratio = rng.choice([Fraction(2), Fraction(3), Fraction(1, 2), Fraction(-2), Fraction(2, 3)])
     total = sum(a * ratio**k for k in range(n))
     q = f"A geometric sequence has first term {a} and common ratio {ratio}. What is the sum of its first {n} terms?"
     return "algebra", q, total
 
 
-def rectangle_diagonal(r: random.Random) -> Problem:
-    length, width = r.sample(range(2, 40), 2)
+def rectangle_diagonal(rng: random.Random) -> Problem:
+    length, width = rng.sample(range(2, 40), 2)
     q = (
         f"A rectangle has perimeter {2 * (length + width)} and area {length * width}. "
         "What is the square of the length of its diagonal?"
@@ -173,53 +173,53 @@ def rectangle_diagonal(r: random.Random) -> Problem:
 # --- number theory -------------------------------------------------------------------
 
 
-def lcm3(r: random.Random) -> Problem:
-    a, b, c = r.sample(range(4, 60), 3)
+def lcm3(rng: random.Random) -> Problem:
+    a, b, c = rng.sample(range(4, 60), 3)
     return "number theory", f"What is the least common multiple of {a}, {b} and {c}?", math.lcm(a, b, c)
 
 
-def gcd_pair(r: random.Random) -> Problem:
-    g = r.randint(2, 40)
-    a, b = g * r.randint(10, 90), g * r.randint(10, 90)
+def gcd_pair(rng: random.Random) -> Problem:
+    g = rng.randint(2, 40)
+    a, b = g * rng.randint(10, 90), g * rng.randint(10, 90)
     return "number theory", f"What is the greatest common divisor of {a} and {b}?", math.gcd(a, b)
 
 
-def power_mod(r: random.Random) -> Problem:
-    a, n, m = r.randint(2, 19), r.randint(50, 5000), r.randint(7, 97)
+def power_mod(rng: random.Random) -> Problem:
+    a, n, m = rng.randint(2, 19), rng.randint(50, 5000), rng.randint(7, 97)
     return "number theory", f"What is the remainder when {a}^{n} is divided by {m}?", pow(a, n, m)
 
 
-def digit_sum(r: random.Random) -> Problem:
-    if r.random() < 0.5:
-        n = r.randint(20, 60)
+def digit_sum(rng: random.Random) -> Problem:
+    if rng.random() < 0.5:
+        n = rng.randint(20, 60)
         return "number theory", f"What is the sum of the digits of {n}! (n factorial)?", sum(map(int, str(math.factorial(n))))
-    n = r.randint(50, 300)
+    n = rng.randint(50, 300)
     return "number theory", f"What is the sum of the digits of 2^{n}?", sum(map(int, str(2**n)))
 
 
-def divisor_count(r: random.Random) -> Problem:
-    n = r.randint(2, 40) * r.choice((6, 12, 30, 36, 60, 210))
+def divisor_count(rng: random.Random) -> Problem:
+    n = rng.randint(2, 40) * rng.choice((6, 12, 30, 36, 60, 210))
     count = sum(1 for d in range(1, n + 1) if n % d == 0)
     return "number theory", f"How many positive divisors does {n} have?", count
 
 
-def prime_count(r: random.Random) -> Problem:
-    a = r.randint(1, 500)
-    b = a + r.randint(50, 1500)
+def prime_count(rng: random.Random) -> Problem:
+    a = rng.randint(1, 500)
+    b = a + rng.randint(50, 1500)
     count = sum(1 for p in _primes_upto(b) if p >= a)
     return "number theory", f"How many prime numbers are there between {a} and {b}, inclusive?", count
 
 
-def divisible_count(r: random.Random) -> Problem:
-    n = r.randint(100, 5000)
-    a, b = r.sample((2, 3, 4, 5, 6, 7, 9, 11, 13), 2)
+def divisible_count(rng: random.Random) -> Problem:
+    n = rng.randint(100, 5000)
+    a, b = rng.sample((2, 3, 4, 5, 6, 7, 9, 11, 13), 2)
     count = n // a + n // b - n // math.lcm(a, b)
     return "number theory", f"How many integers from 1 to {n} are divisible by {a} or by {b}?", count
 
 
-def crt(r: random.Random) -> Problem:
-    m = r.choice([(3, 5, 7), (4, 5, 9), (5, 7, 8), (3, 7, 11), (4, 9, 11), (5, 8, 9)])
-    x = r.randint(1, math.prod(m) - 1)
+def crt(rng: random.Random) -> Problem:
+    m = rng.choice([(3, 5, 7), (4, 5, 9), (5, 7, 8), (3, 7, 11), (4, 9, 11), (5, 8, 9)])
+    x = rng.randint(1, math.prod(m) - 1)
     rest = [x % k for k in m]
     q = (
         f"What is the smallest positive integer that leaves remainder {rest[0]} when divided by "
@@ -228,9 +228,9 @@ def crt(r: random.Random) -> Problem:
     return "number theory", q, x
 
 
-def base_conversion(r: random.Random) -> Problem:
-    base = r.choice((2, 3, 5, 7, 8, 16))
-    value = r.randint(base**3, base**6)
+def base_conversion(rng: random.Random) -> Problem:
+    base = rng.choice((2, 3, 5, 7, 8, 16))
+    value = rng.randint(base**3, base**6)
     digits = "0123456789ABCDEF"
     text, v = "", value
     while v:
@@ -238,8 +238,8 @@ def base_conversion(r: random.Random) -> Problem:
     return "number theory", f"What is the base-10 value of the base-{base} number {text}?", value
 
 
-def multiples_sum(r: random.Random) -> Problem:
-    k, n = r.randint(3, 17), r.randint(100, 2000)
+def multiples_sum(rng: random.Random) -> Problem:
+    k, n = rng.randint(3, 17), rng.randint(100, 2000)
     top = n // k
     return "number theory", f"What is the sum of all multiples of {k} from 1 to {n}, inclusive?", k * top * (top + 1) // 2
 
@@ -247,32 +247,32 @@ def multiples_sum(r: random.Random) -> Problem:
 # --- combinatorics and probability ---------------------------------------------------
 
 
-def committee(r: random.Random) -> Problem:
-    n = r.randint(6, 20)
-    k = r.randint(2, min(6, n - 1))
+def committee(rng: random.Random) -> Problem:
+    n = rng.randint(6, 20)
+    k = rng.randint(2, min(6, n - 1))
     q = f"In how many ways can a committee of {k} people be chosen from a group of {n} people?"
     return "combinatorics", q, math.comb(n, k)
 
 
-def arrangements(r: random.Random) -> Problem:
-    word = r.choice(("BANANA", "LETTER", "MISSISSIPPI", "BALLOON", "COFFEE", "PEPPER", "TOMATO", "ASSESS", "COMMITTEE", "STATISTICS"))
+def arrangements(rng: random.Random) -> Problem:
+    word = rng.choice(("BANANA", "LETTER", "MISSISSIPPI", "BALLOON", "COFFEE", "PEPPER", "TOMATO", "ASSESS", "COMMITTEE", "STATISTICS"))
     count = math.factorial(len(word))
     for letter in set(word):
         count //= math.factorial(word.count(letter))
     return "combinatorics", f"How many distinct arrangements of the letters of the word {word} are there?", count
 
 
-def dice_sum(r: random.Random) -> Problem:
-    faces = r.choice((4, 6, 8))
-    target = r.randint(3, 2 * faces - 1)
+def dice_sum(rng: random.Random) -> Problem:
+    faces = rng.choice((4, 6, 8))
+    target = rng.randint(3, 2 * faces - 1)
     hits = sum(1 for a in range(1, faces + 1) for b in range(1, faces + 1) if a + b == target)
     q = f"Two fair {faces}-sided dice (faces 1 to {faces}) are rolled. What is the probability that the sum is {target}?"
     return "probability", q, Fraction(hits, faces * faces)
 
 
-def draw_balls(r: random.Random) -> Problem:
-    red, blue = r.randint(2, 9), r.randint(2, 9)
-    k = r.randint(2, min(3, red))
+def draw_balls(rng: random.Random) -> Problem:
+    red, blue = rng.randint(2, 9), rng.randint(2, 9)
+    k = rng.randint(2, min(3, red))
     q = (
         f"A bag holds {red} red and {blue} blue marbles. {k} marbles are drawn at random without "
         f"replacement. What is the probability that all {k} are red?"
@@ -280,9 +280,9 @@ def draw_balls(r: random.Random) -> Problem:
     return "probability", q, Fraction(math.comb(red, k), math.comb(red + blue, k))
 
 
-def subset_sums(r: random.Random) -> Problem:
-    items = sorted(r.sample(range(1, 30), 6))
-    target = sum(r.sample(items, 3))
+def subset_sums(rng: random.Random) -> Problem:
+    items = sorted(rng.sample(range(1, 30), 6))
+    target = sum(rng.sample(items, 3))
     count = sum(1 for c in combinations(items, 3) if sum(c) == target)
     q = f"How many 3-element subsets of {{{', '.join(map(str, items))}}} have elements that sum to {target}?"
     return "combinatorics", q, count

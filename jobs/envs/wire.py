@@ -145,13 +145,13 @@ def observation_fields(observation: Observation) -> dict[str, Any]:
     return {"observation": observation.text, "valid_actions": observation.valid_actions}
 
 
-def transition_fields(t: Transition) -> dict[str, Any]:
+def transition_fields(transition: Transition) -> dict[str, Any]:
     return {
-        **observation_fields(t.observation),
-        "reward": t.reward,
-        "done": t.done,
-        "success": t.success,
-        "info": t.info,
+        **observation_fields(transition.observation),
+        "reward": transition.reward,
+        "done": transition.done,
+        "success": transition.success,
+        "info": transition.info,
     }
 
 

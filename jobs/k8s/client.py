@@ -31,6 +31,9 @@ RESOURCES: dict[str, tuple[str, str]] = {
     "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles"),
     "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
     "Job": ("/apis/batch/v1", "jobs"),
+    "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
+    "PodMonitor": ("/apis/monitoring.coreos.com/v1", "podmonitors"),
+    "Event": ("/api/v1", "events"),  # read only: why a pod is stuck (thicket status)
 }
 
 
@@ -216,8 +219,10 @@ class Kube:
         except NotFound:
             return None
 
-    def list(self, kind: str, namespace: str, selector: str) -> list[Obj]:
-        return self.request("GET", self.path(kind, namespace), query=[("labelSelector", selector)]).get("items") or []
+    def list(self, kind: str, namespace: str, selector: str, fields: str | None = None) -> list[Obj]:
+        """Objects matching a label selector (and a field selector, such as `type=Warning`)."""
+        query = [("labelSelector", selector)] + ([("fieldSelector", fields)] if fields else [])
+        return self.request("GET", self.path(kind, namespace), query=query).get("items") or []
 
     def create(self, obj: Obj) -> Obj:
         meta = obj["metadata"]

@@ -52,8 +52,9 @@ def render(spec: str, output: str) -> None:
 @click.command()
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--replace", is_flag=True, help="Delete and recreate a Job whose pod template changed (committed tasks are kept).")
+@click.option("--resume", is_flag=True, help="Rerun a finished sweep: only indexes with uncommitted tasks do work.")
 @context_option
-def submit(spec: str, replace: bool, context: str | None) -> None:
+def submit(spec: str, replace: bool, resume: bool, context: str | None) -> None:
     """Create or update SPEC's objects on the cluster (idempotent); checks Secret and PVC first."""
     from thicket.k8s.client import connect
     from thicket.k8s.render import render as render_objects
@@ -62,7 +63,7 @@ def submit(spec: str, replace: bool, context: str | None) -> None:
     s = load_spec(spec)
     objects = render_objects(s)
     kube = connect(context)
-    submit_objects(kube, s, objects, replace=replace, echo=click.echo)
+    submit_objects(kube, s, objects, replace=replace, resume=resume, echo=click.echo)
     click.echo(f"sweep {s.name} submitted to namespace {s.cluster.namespace}: `thicket status {s.name} -n {s.cluster.namespace}`")
 
 
@@ -70,13 +71,19 @@ def submit(spec: str, replace: bool, context: str | None) -> None:
 @click.argument("sweep")
 @namespace_option
 @context_option
-@click.option("--watch", "-w", is_flag=True, help="Refresh until the rollout Job finishes.")
+@click.option("--watch", "-w", is_flag=True, help="Refresh until the rollout Job finishes (-o json: one object per refresh).")
 @click.option("--interval", type=float, default=10, show_default=True, help="Seconds between refreshes with --watch.")
 @click.option("--no-storage", is_flag=True, help="Do not read committed tasks from the sweep's storage.")
-def status(sweep: str, namespace: str | None, context: str | None, watch: bool, interval: float, no_storage: bool) -> None:
-    """SWEEP's per-index state (from the Job) and committed tasks (from storage), with an ETA.
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: the summary and one entry per index, as one JSON object.")
+def status(sweep: str, namespace: str | None, context: str | None, watch: bool, interval: float, no_storage: bool,
+           output: str) -> None:
+    """SWEEP's indexes, one line each with why it is where it is (from its pods and their Warning
+    Events), a summary, and committed tasks (from storage) with an ETA.
 
     SWEEP is a sweep name or its spec file."""
+    import json
+
     from rich.console import Console
 
     from thicket.k8s.client import connect, default_namespace
@@ -85,18 +92,25 @@ def status(sweep: str, namespace: str | None, context: str | None, watch: bool, 
     name, namespace = _sweep_and_namespace(sweep, namespace)
     kube = connect(context)
     ns = default_namespace(kube, namespace)
-    console = Console(highlight=False)
     result = sweep_status(kube, ns, name, storage=not no_storage)
+    if output == "json":
+        click.echo(json.dumps(result.as_json()))
+        while watch and not result.finished:
+            time.sleep(interval)
+            result = sweep_status(kube, ns, name, storage=not no_storage)
+            click.echo(json.dumps(result.as_json()))
+        return
+    console = Console(highlight=False)
     if not watch:
-        console.print(render_status(result))
+        console.print(render_status(result), soft_wrap=True)
         return
     from rich.live import Live
 
-    with Live(render_status(result), console=console, refresh_per_second=1) as live:
-        while result.ended is None and result.state.split(" ")[0] not in ("Complete", "Failed"):
+    with Live(render_status(result, crop=True), console=console, refresh_per_second=1) as live:
+        while not result.finished:
             time.sleep(interval)
             result = sweep_status(kube, ns, name, storage=not no_storage)
-            live.update(render_status(result))
+            live.update(render_status(result, crop=True))
 
 
 @click.command()
@@ -184,6 +198,10 @@ def rehearse(spec: str, index: int, workdir: str | None, timeout: float, image_v
             click.echo(f"local S3 {s3.host_url} (container {s3.container}; pods reach it at {s3.pod_url})")
             continue
         click.echo(step.reason())
+        if step.reachable_from_outside:
+            ports = ", ".join(f"{port} {'open' if open_ else 'closed'}"
+                              for port, open_ in step.reachable_from_outside.items())
+            click.echo(f"pod {step.pod} from outside: {ports}")
         if step.end is not End.SUCCEEDED:
             click.echo(f"logs: {folder / 'logs'}", err=True)
             sys.exit(step.exit_code())
@@ -193,7 +211,7 @@ def rehearse(spec: str, index: int, workdir: str | None, timeout: float, image_v
     click.echo(f"datasets: {uri}/datasets on the local S3; fetch them with\n  {access} thicket pull {uri} DIR")
     click.echo(f"stop the local S3 (its data goes with it): podman rm -f {s3.container}")
     if pull_to:
-        from thicket.k8s.rehearsal import S3_ACCESS
+        from thicket.k8s.podman import S3_ACCESS
         from thicket.pull import pull_sweep
 
         os.environ.update({**S3_ACCESS, "AWS_ENDPOINT_URL": s3.host_url})

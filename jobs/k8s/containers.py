@@ -3,12 +3,12 @@ and what they share (resources, security context, probes, env, S3 credentials fr
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 from thicket.errors import BadInput
 from thicket.k8s.names import (
+    LOCALHOST,
     METRICS_PORT_NAME,
     SPEC_DIR,
     SPEC_KEY,
@@ -62,17 +62,41 @@ def _pod_security(spec: SweepSpec) -> Obj:
     }
 
 
-def _http_probe(path: str, port: str, period: int, timeout: int, failures: int) -> Obj:
-    return {
-        "httpGet": {"path": path, "port": port},
+# The servers listen on 127.0.0.1 only, which the kubelet's httpGet probes (sent to the pod IP)
+# cannot reach: their probes run this in the container instead (exit 0 on a 2xx answer).
+PROBE_SCRIPT = "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[2]))"
+
+
+def _exec_probe(url: str, period: int, timeout: int, failures: int, initial_delay: int = 0) -> Obj:
+    probe: Obj = {
+        "exec": {"command": ["python3", "-c", PROBE_SCRIPT, url, str(timeout)]},
         "periodSeconds": period,
-        "timeoutSeconds": timeout,
+        "timeoutSeconds": timeout + 1,
         "failureThreshold": failures,
+    }
+    if initial_delay:
+        probe["initialDelaySeconds"] = initial_delay
+    return probe
+
+
+def _probes(spec: SweepSpec, url: str, startup_s: int) -> Obj:
+    """Readiness, and liveness once the start-up window is over. No startup probe: a native
+    sidecar's startup probe would hold the worker back, and with it the worker's deadline for the
+    sidecar's start (--wait-ready-timeout), so a server that never starts would hold the pod."""
+    p = spec.cluster.probes
+    return {
+        "readinessProbe": _exec_probe(url, p.period_s, p.timeout_s, p.readiness_failures),
+        "livenessProbe": _exec_probe(url, p.period_s, p.timeout_s, p.liveness_failures, initial_delay=startup_s),
     }
 
 
 def _env(name: str, value: str) -> Obj:
     return {"name": name, "value": value}
+
+
+def _user_env(spec: SweepSpec, container: str) -> list[Obj]:
+    """cluster.env's variables for this container (names thicket sets are refused by the spec)."""
+    return [_env(name, value) for name, value in sorted(spec.cluster.env.for_container(container).items())]
 
 
 def _secret_env(name: str, secret: str, key: str, optional: bool = False) -> Obj:
@@ -106,24 +130,28 @@ def _sidecar_container_name(family: str) -> str:
     return k8s_name("env-" + "".join(c if c.isalnum() else "-" for c in family.lower()).strip("-"))
 
 
-def _env_sidecar(spec: SweepSpec, sidecar: EnvSidecar, index: int) -> Obj:
+def _env_resources(spec: SweepSpec, sidecar: EnvSidecar) -> Resources:
+    try:
+        return spec.cluster.env_resources(sidecar)
+    except ValueError as err:
+        raise BadInput(f"cluster.resources.env: {err}") from None
+
+
+def _env_sidecar(spec: SweepSpec, sidecar: EnvSidecar) -> Obj:
     c = spec.cluster
     name = _sidecar_container_name(sidecar.family)
-    port = f"env{index}"
     return {
         "name": name,
         "image": c.sidecar_image(sidecar),
         "imagePullPolicy": c.images.pull_policy,
         "restartPolicy": "Always",  # a native sidecar: started before the worker, stopped after it
         "command": ["thicket"],
-        "args": ["serve-env", sidecar.family, "--host", "0.0.0.0", "--port", str(sidecar.port), *sidecar.args],
-        "env": [_env("HOME", "/tmp"), _env("PYTHONUNBUFFERED", "1")],
-        "ports": [{"name": port, "containerPort": sidecar.port, "protocol": "TCP"}],
-        "startupProbe": _http_probe(
-            "/ready", port, 2, c.probes.timeout_s, max(1, math.ceil(c.probes.env_startup_s / 2))
-        ),
-        "readinessProbe": _http_probe("/ready", port, c.probes.period_s, c.probes.timeout_s, c.probes.readiness_failures),
-        "resources": _resources(sidecar.resources or c.resources.env),
+        # Reachable from inside the pod only: the env server runs untrusted actions (CodeAct code).
+        "args": ["serve-env", sidecar.family, "--host", LOCALHOST, "--port", str(sidecar.port),
+                 *c.serve_env_args(sidecar)],
+        "env": [_env("HOME", "/tmp"), _env("PYTHONUNBUFFERED", "1"), *_user_env(spec, "env")],
+        **_probes(spec, f"http://{LOCALHOST}:{sidecar.port}/ready", c.probes.env_startup_s),
+        "resources": _resources(_env_resources(spec, sidecar)),
         "securityContext": _security(read_only=True),
         "volumeMounts": [{"name": f"tmp-{name}", "mountPath": "/tmp"}],
     }
@@ -152,7 +180,7 @@ def vllm_args(spec: SweepSpec) -> list[str]:
     args = [
         "--model", pod_model(spec),
         "--served-model-name", served_model_name(spec),
-        "--host", "0.0.0.0",  # kubelet probes reach the pod IP
+        "--host", LOCALHOST,  # the worker only: nothing outside the pod may use the GPU server
         "--port", str(c.vllm_port),
         *COMMON_ARGS,  # as `thicket run` starts vLLM: prefix caching, cached_tokens in usage
     ]
@@ -163,17 +191,33 @@ def vllm_args(spec: SweepSpec) -> list[str]:
     return args + extra
 
 
+# vLLM's image has no user for the pod's uid (torch and vLLM call getpwuid unless USER is set)
+# and writes caches under $HOME: every cache goes to the /tmp emptyDir, so the root filesystem
+# stays read-only.
+VLLM_WRITABLE_ENV = {
+    "HOME": "/tmp",
+    "USER": "thicket",
+    "LOGNAME": "thicket",
+    "XDG_CACHE_HOME": "/tmp/.cache",
+    "XDG_CONFIG_HOME": "/tmp/.config",
+    "VLLM_CACHE_ROOT": "/tmp/.cache/vllm",
+    "VLLM_CONFIG_ROOT": "/tmp/.config/vllm",
+    "TORCHINDUCTOR_CACHE_DIR": "/tmp/.cache/torchinductor",
+    "TRITON_CACHE_DIR": "/tmp/.cache/triton",
+    "NUMBA_CACHE_DIR": "/tmp/.cache/numba",
+}
+
+
 def _vllm_container(spec: SweepSpec) -> Obj:
     c = spec.cluster
     env = [
         _env("HF_HOME", c.hf_home),
-        _env("HOME", "/tmp"),
+        *(_env(name, value) for name, value in VLLM_WRITABLE_ENV.items()),
         _env("VLLM_NO_USAGE_STATS", "1"),
         _env("DO_NOT_TRACK", "1"),
     ]
     if c.hf_token_secret:
         env.append(_secret_env("HF_TOKEN", c.hf_token_secret, "HF_TOKEN"))
-    p = c.probes
     return {
         "name": VLLM,
         "image": c.images.vllm,
@@ -181,13 +225,11 @@ def _vllm_container(spec: SweepSpec) -> Obj:
         "restartPolicy": "Always",
         "command": VLLM_COMMAND,
         "args": vllm_args(spec),
-        "env": env,
-        "ports": [{"name": "vllm", "containerPort": c.vllm_port, "protocol": "TCP"}],
-        # Loading a large model can take many minutes: the startup probe allows vllm_startup_s.
-        "startupProbe": _http_probe("/v1/models", "vllm", p.period_s, p.timeout_s, max(1, math.ceil(p.vllm_startup_s / p.period_s))),
-        "readinessProbe": _http_probe("/v1/models", "vllm", p.period_s, p.timeout_s, p.readiness_failures),
+        "env": env + _user_env(spec, "vllm"),
+        # /health answers 200 once the model is loaded, with or without --api-key.
+        **_probes(spec, f"http://{LOCALHOST}:{c.vllm_port}/health", c.probes.vllm_startup_s),
         "resources": _resources(c.resources.vllm, c.gpus),
-        "securityContext": _security(read_only=False),
+        "securityContext": _security(read_only=True),
         "volumeMounts": [
             {"name": "model-cache", "mountPath": c.model_cache_path},
             {"name": "dshm", "mountPath": "/dev/shm"},
@@ -196,18 +238,29 @@ def _vllm_container(spec: SweepSpec) -> Obj:
     }
 
 
+def wait_ready_timeout(spec: SweepSpec, sidecars: list[EnvSidecar]) -> int:
+    """How long the worker waits for its servers before the pod fails (exit 3): the start-up
+    window of the slowest server it waits for."""
+    c = spec.cluster
+    if c.wait_ready_timeout_s is not None:
+        return c.wait_ready_timeout_s
+    windows = [c.probes.vllm_startup_s] if serves_vllm(spec) else []
+    windows += [c.probes.env_startup_s] if sidecars else []
+    return max(windows, default=c.probes.env_startup_s)
+
+
 def _worker_container(spec: SweepSpec, sidecars: list[EnvSidecar]) -> Obj:
     c = spec.cluster
     waits: list[str] = []
     env = [_env("HOME", "/tmp"), _env("PYTHONUNBUFFERED", "1"), _env(LOG_FORMAT_VARIABLE, "json")]
     if serves_vllm(spec):
-        waits += ["--wait-for", f"http://127.0.0.1:{c.vllm_port}/v1/models"]
+        waits += ["--wait-for", f"http://{LOCALHOST}:{c.vllm_port}/health"]
     if sidecars:
         # The worker's envs come from the sidecar serving tasks.env (thicket.rollout.envs).
         main = next((s for s in sidecars if s.family == spec.tasks.env), sidecars[0])
-        env.append(_env("THICKET_ENV_URL", f"http://127.0.0.1:{main.port}"))
+        env.append(_env("THICKET_ENV_URL", f"http://{LOCALHOST}:{main.port}"))
     for sidecar in sidecars:
-        url = f"http://127.0.0.1:{sidecar.port}"
+        url = f"http://{LOCALHOST}:{sidecar.port}"
         waits += ["--wait-for", f"{url}/ready"]
         env.append(_env(f"THICKET_ENV_URL_{_env_var_suffix(sidecar.family)}", url))
     return {
@@ -216,9 +269,11 @@ def _worker_container(spec: SweepSpec, sidecars: list[EnvSidecar]) -> Obj:
         "imagePullPolicy": c.images.pull_policy,
         "command": ["thicket"],
         # The index comes from $JOB_COMPLETION_INDEX, which the Job controller sets in every pod.
-        "args": ["worker", f"{SPEC_DIR}/{SPEC_KEY}", "--wait-ready-timeout", str(c.wait_ready_timeout_s),
+        "args": ["worker", f"{SPEC_DIR}/{SPEC_KEY}", "--wait-ready-timeout", str(wait_ready_timeout(spec, sidecars)),
                  "--metrics-port", str(c.metrics_port), *waits],
-        "env": env + s3_env(spec),
+        "env": env + s3_env(spec) + _user_env(spec, "worker"),
+        # The last lines of a failed worker's log become the pod's termination message (thicket status).
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "ports": [{"name": METRICS_PORT_NAME, "containerPort": c.metrics_port, "protocol": "TCP"}],
         "resources": _resources(c.resources.worker),
         "securityContext": _security(read_only=True),

@@ -62,6 +62,9 @@ MAX_COMPLETIONS = 100_000  # above this an Indexed Job needs maxFailedIndexes an
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
+LOCALHOST = "127.0.0.1"  # where the pod's servers listen: reachable from inside the pod only
+
+
 VLLM_COMMAND = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
 
 

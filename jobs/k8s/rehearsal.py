@@ -10,12 +10,11 @@ and only that (`MACHINE_CHANGES`, also in docs/kubernetes.md):
 
 from __future__ import annotations
 
-import base64
 import copy
-import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -24,8 +23,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from thicket.errors import BadInput, ExitCode, ThicketError, Unavailable
-from thicket.k8s.names import WORKER, names
+from thicket.errors import BadInput, ExitCode
+from thicket.k8s.names import WORKER, names, serves_vllm
+from thicket.k8s.podman import LocalS3, ensure_network, podman, require_images, s3_secret, start_s3
 from thicket.k8s.render import render, to_yaml
 from thicket.spec import SweepSpec, parse_spec
 
@@ -33,8 +33,9 @@ Obj = dict[str, Any]
 
 MACHINE_CHANGES = (
     "the spec: output on the local S3 (s3://BUCKET/sweeps), cluster.images.vllm the local vllm-cpu "
-    "image, cluster.gpus 0 and vLLM's CPU flags (no GPU here), cluster.model a folder copied into "
-    "the model cache when policy.model is a local folder",
+    "image, cluster.gpus 1 and vLLM's CPU flags, cluster.model a folder copied into the model cache "
+    "when policy.model is a local folder",
+    "no GPU here: the nvidia.com/gpu request and limit are dropped from the pod",
     "the Job's pod template becomes a Pod named <job>-<index>, with JOB_COMPLETION_INDEX set as the "
     "Job controller sets it",
     "native sidecars (init containers with restartPolicy Always) become ordinary containers before "
@@ -45,19 +46,17 @@ MACHINE_CHANGES = (
     "the S3 Secret becomes a podman secret (podman 4.3 reads secretKeyRef from JSON of base64 values)",
     "the aggregation pod runs without its wait-job init container (no API server here: the rehearsal "
     "starts it once the rollout pod ended)",
-    "podman ignores probes and restarts nothing: the pod ends when its main container exits (its "
-    "sidecars are stopped then, as the kubelet does), or when a sidecar exits first (the kubelet would "
-    "restart it), with that sidecar's last log lines as the reason",
+    "podman ignores probes and restarts nothing: a sidecar that exits stays down (the kubelet would "
+    "restart it), and the worker waits for it until its --wait-ready-timeout as it would on a cluster; "
+    "the pod ends when the worker exits (its sidecars are stopped then, as the kubelet does), or at "
+    "--timeout",
 )
 __doc__ += "".join(f"\n- {change}" for change in MACHINE_CHANGES)
 
 REGISTRY = "ghcr.io/thicket"
-S3_PORT = 5000
-S3_ACCESS = {"AWS_ACCESS_KEY_ID": "rehearsal", "AWS_SECRET_ACCESS_KEY": "rehearsal", "AWS_DEFAULT_REGION": "us-east-1"}
 CPU_VLLM_ARGS = ["--dtype", "float32", "--enforce-eager", "--distributed-executor-backend", "uni",
                  "--no-enable-chunked-prefill"]
 POLL_S = 1.0
-NO_PODMAN = "thicket rehearse needs podman (apt-get install podman), not found on PATH"
 LOG_TAIL = 30
 ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception)\b:")
 
@@ -84,16 +83,6 @@ class Images:
                      ("thicket", "thicket-env", "thicket-env-java", "thicket-vllm-cpu", "thicket-s3-local")))
 
 
-@dataclass(frozen=True)
-class LocalS3:
-    """moto_server in a container on the pods' network."""
-
-    container: str
-    host_url: str  # from this machine (thicket pull)
-    pod_url: str  # from the pods
-    bucket: str
-
-
 @dataclass
 class ContainerExit:
     name: str
@@ -115,6 +104,8 @@ class PodRun:
     end: End
     seconds: float
     exits: list[ContainerExit] = field(default_factory=list)
+    # port -> whether it answered from outside the pod (tried once the servers answered inside)
+    reachable_from_outside: dict[int, bool] = field(default_factory=dict)
 
     def exit_of(self, name: str) -> ContainerExit:
         return next(e for e in self.exits if e.name == name)
@@ -138,83 +129,9 @@ class PodRun:
         return [e for e in self.exits if e.name != self.main and e.exit_code not in (None, 0)]
 
     def exit_code(self) -> int:
-        """The main container's exit code; 3 (a server not reachable) when a sidecar died first."""
+        """The main container's exit code; 4 (a deadline) when it was still running at --timeout."""
         code = self.exit_of(self.main).exit_code
-        if code is None:
-            return int(ExitCode.UNAVAILABLE) if self.died() else int(ExitCode.DEADLINE)
-        return code
-
-
-# -- podman --------------------------------------------------------------------------------------
-def podman(*args: str, timeout: float = 600, stdin: str | None = None) -> str:
-    try:
-        done = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout, input=stdin)
-    except FileNotFoundError:
-        raise BadInput(NO_PODMAN) from None
-    except subprocess.TimeoutExpired:
-        raise Unavailable(f"podman {args[0]} did not answer in {timeout:.0f} s") from None
-    if done.returncode != 0:
-        lines = (done.stderr or done.stdout).strip().splitlines() or ["(no output)"]
-        raise ThicketError(f"podman {' '.join(args[:2])} failed: {lines[-1]}")
-    return done.stdout
-
-
-def require_images(images: list[str]) -> None:
-    if shutil.which("podman") is None:
-        raise BadInput(NO_PODMAN)
-    missing = [image for image in images if subprocess.run(
-        ["podman", "image", "exists", image], capture_output=True).returncode != 0]
-    if missing:
-        raise BadInput(f"image {missing[0]} is not built here: run `make images` first")
-
-
-def ensure_network(name: str) -> None:
-    """The pods' and the local S3's bridge network (a fresh podman has none until asked)."""
-    if subprocess.run(["podman", "network", "exists", name], capture_output=True).returncode != 0:
-        podman("network", "create", name)
-
-
-# -- the local S3 ----------------------------------------------------------------------------------
-def start_s3(image: str, network: str, bucket: str, name: str = "thicket-rehearsal-s3") -> LocalS3:
-    """moto_server in a container (reused when running), its port published on 127.0.0.1 only."""
-    running = podman("ps", "--filter", f"name=^{name}$", "--format", "{{.Names}}").split()
-    if name not in running:
-        podman("rm", "--force", "--ignore", name)
-        podman("run", "--detach", "--name", name, "--network", network, "--publish", f"127.0.0.1::{S3_PORT}", image)
-    host_port = podman("port", name, str(S3_PORT)).strip().rsplit(":", 1)[-1]
-    address = podman("inspect", name, "--format", f'{{{{(index .NetworkSettings.Networks "{network}").IPAddress}}}}')
-    s3 = LocalS3(name, f"http://127.0.0.1:{host_port}", f"http://{address.strip()}:{S3_PORT}", bucket)
-    _make_bucket(s3)
-    return s3
-
-
-def _make_bucket(s3: LocalS3, deadline_s: float = 60) -> None:
-    import boto3
-    import botocore.exceptions
-
-    client = boto3.client("s3", endpoint_url=s3.host_url, aws_access_key_id=S3_ACCESS["AWS_ACCESS_KEY_ID"],
-                          aws_secret_access_key=S3_ACCESS["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")
-    until = time.monotonic() + deadline_s
-    while True:
-        try:
-            client.create_bucket(Bucket=s3.bucket)
-            return
-        except (client.exceptions.BucketAlreadyOwnedByYou, client.exceptions.BucketAlreadyExists):
-            return
-        except botocore.exceptions.EndpointConnectionError:
-            if time.monotonic() > until:
-                raise Unavailable(f"the local S3 at {s3.host_url} did not start in {deadline_s:.0f} s: "
-                                  f"podman logs {s3.container}") from None
-            time.sleep(0.5)
-
-
-def s3_secret(name: str, s3: LocalS3) -> None:
-    """The cluster.s3_secret Secret as a podman secret: JSON of base64 values, as podman 4.3 reads it."""
-    data = {**S3_ACCESS, "AWS_ENDPOINT_URL": s3.pod_url}
-    encoded = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
-    if name in podman("secret", "ls", "--format", "{{.Name}}").split():
-        podman("secret", "rm", name)
-    podman("secret", "create", name, "-", stdin=json.dumps(encoded))
+        return int(ExitCode.DEADLINE) if code is None else code
 
 
 # -- the spec as this machine runs it ----------------------------------------------------------------
@@ -225,7 +142,7 @@ def local_spec(spec: SweepSpec, images: Images, s3: LocalS3, cache: Path) -> Swe
     cluster = data.setdefault("cluster", {})
     cluster["images"] = {**cluster.get("images", {}), "worker": images.worker, "env": images.env,
                          "env_java": images.env_java, "vllm": images.vllm_cpu, "pull_policy": "IfNotPresent"}
-    cluster["gpus"] = 0
+    cluster["gpus"] = 1
     cluster["vllm_args"] = [*CPU_VLLM_ARGS, *cluster.get("vllm_args", [])]
     model = spec.policy.model
     if spec.policy.kind == "vllm" and spec.policy.url is None and model and Path(model).is_dir():
@@ -246,6 +163,9 @@ def job_pod(job: Obj, pod_name: str, index: int | None, folders: Path, uid: int,
     inits = [c for c in spec.pop("initContainers", []) if c.get("restartPolicy") != "Always"]
     for container in sidecars:
         del container["restartPolicy"]
+    for container in [*sidecars, *spec["containers"]]:
+        for amounts in (container.get("resources") or {}).values():
+            amounts.pop("nvidia.com/gpu", None)
     if inits:
         spec["initContainers"] = inits
     spec["containers"] = [*sidecars, *spec["containers"]]
@@ -281,8 +201,11 @@ def _owned_folder(path: Path, uid: int) -> Path:
 
 
 # -- running a pod ---------------------------------------------------------------------------------
-def run_pod(objects: list[Obj], main: str, network: str, logs: Path, timeout_s: float) -> PodRun:
-    """`podman kube play` the objects, wait for the main container, stop the rest, keep every log."""
+def run_pod(objects: list[Obj], main: str, network: str, logs: Path, timeout_s: float,
+            watch_ports: tuple[int, ...] = ()) -> PodRun:
+    """`podman kube play` the objects, wait for the main container, stop the rest, keep every log.
+    Once the pod's servers answer inside the pod on `watch_ports`, try each from outside it too."""
+    exposure: dict[int, bool] | None = None
     pod = next(o for o in objects if o["kind"] == "Pod")
     name = pod["metadata"]["name"]
     containers = [c["name"] for c in pod["spec"]["containers"]]
@@ -298,15 +221,38 @@ def run_pod(objects: list[Obj], main: str, network: str, logs: Path, timeout_s: 
         if codes[main] is not None:
             end = End.SUCCEEDED if codes[main] == 0 else End.FAILED
             break
-        if any(code not in (None, 0) for code in codes.values()):
-            end = End.FAILED  # a sidecar died: the kubelet would restart it, podman does not
-            break
+        if exposure is None and watch_ports and _answers_inside(name, main, watch_ports):
+            exposure = _exposure(name, network, watch_ports)
         time.sleep(POLL_S)
     seconds = time.monotonic() - start
     codes = _exit_codes(name, containers)
     exits = [ContainerExit(c, codes[c], _save_log(f"{name}-{c}", logs)) for c in containers]
     podman("pod", "rm", "--force", "--time", "10", name)
-    return PodRun(name, main, end, seconds, exits)
+    return PodRun(name, main, end, seconds, exits, exposure or {})
+
+
+def _answers_inside(pod: str, main: str, ports: tuple[int, ...]) -> bool:
+    """Every port accepts a connection from inside the pod (from the main container)."""
+    script = ("import socket, sys\nfor port in sys.argv[1:]:\n"
+              "    socket.create_connection(('127.0.0.1', int(port)), timeout=2).close()")
+    done = subprocess.run(["podman", "exec", f"{pod}-{main}", "python3", "-c", script, *map(str, ports)],
+                          capture_output=True)
+    return done.returncode == 0
+
+
+def _exposure(pod: str, network: str, ports: tuple[int, ...]) -> dict[int, bool]:
+    """Whether each port answers at the pod's address from this machine, outside the pod."""
+    address = podman("pod", "inspect", pod, "--format", "{{.InfraContainerID}}").strip()
+    address = podman("inspect", address, "--format",
+                     f'{{{{(index .NetworkSettings.Networks "{network}").IPAddress}}}}').strip()
+    reachable = {}
+    for port in ports:
+        try:
+            socket.create_connection((address, port), timeout=2).close()
+            reachable[port] = True
+        except OSError:
+            reachable[port] = False
+    return reachable
 
 
 def _exit_codes(pod: str, containers: list[str]) -> dict[str, int | None]:
@@ -355,13 +301,21 @@ class Rehearsal:
         folders = self.workdir / "volumes"
         pod = job_pod(rollout, f"{job_names['rollout']}-{self.index}", self.index, folders, uid, cache)
         require_images(sorted({c["image"] for c in pod["spec"]["containers"]}))  # what the pod runs, no more
-        run = run_pod([config, pod], WORKER, self.network, self.workdir / "logs", self.timeout_s)
+        run = run_pod([config, pod], WORKER, self.network, self.workdir / "logs", self.timeout_s,
+                      watch_ports=server_ports(spec))
         yield run
         aggregation = [o for o in objects if o["kind"] == "Job" and o["metadata"]["name"] == job_names["aggregate"]]
         if run.end is End.SUCCEEDED and aggregation and self.aggregate:
             pod = job_pod(aggregation[0], job_names["aggregate"], None, folders, uid, cache)
             pod["spec"].pop("initContainers", None)  # wait-job: no API server here
             yield run_pod([pod], "aggregate", self.network, self.workdir / "logs", self.timeout_s)
+
+
+def server_ports(spec: SweepSpec) -> tuple[int, ...]:
+    """The ports the pod's servers listen on (vLLM's, the env sidecars'), and the worker's metrics."""
+    ports = [spec.cluster.vllm_port] if serves_vllm(spec) else []
+    ports += [sidecar.port for sidecar in spec.cluster.sidecars(spec.tasks)]
+    return (*ports, spec.cluster.metrics_port)
 
 
 def sweep_uri(spec: SweepSpec, s3: LocalS3) -> str:

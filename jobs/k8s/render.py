@@ -29,6 +29,7 @@ from thicket.k8s.containers import (
     _env_sidecar,
     _resources,
     _security,
+    _user_env,
     _vllm_container,
     _worker_container,
     s3_env,
@@ -48,6 +49,7 @@ from thicket.k8s.names import (
     pod_spec_data,
     serves_vllm,
 )
+from thicket.k8s.network import network_objects
 from thicket.k8s.spec import Resources
 from thicket.spec import SweepSpec
 
@@ -66,13 +68,17 @@ def rollout_job(spec: SweepSpec, spec_hash: str) -> Obj:
             "cluster.max_failed_indexes and cluster.parallelism are <= 10000; raise tasks.per_index"
         )
     sidecars = c.sidecars(spec.tasks)
-    init = [_env_sidecar(spec, s, i) for i, s in enumerate(sidecars)]
+    init = [_env_sidecar(spec, s) for s in sidecars]
     volumes: list[Obj] = [
         {"name": "spec", "configMap": {"name": n["spec"]}},
         {"name": "tmp", "emptyDir": {}},
     ]
     volumes += [{"name": f"tmp-{ctr['name']}", "emptyDir": {}} for ctr in init]
     if serves_vllm(spec):
+        if c.gpus == 0:
+            raise BadInput("cluster.gpus: 0, but the pod serves its own vLLM (policy.kind vllm without a remote "
+                           "policy.url), which needs a GPU: set cluster.gpus >= 1, or aim policy.url at a vLLM "
+                           "served elsewhere")
         init.append(_vllm_container(spec))
         cache = (
             {"persistentVolumeClaim": {"claimName": c.model_cache_pvc}} if c.model_cache_pvc else {"emptyDir": {}}
@@ -83,6 +89,8 @@ def rollout_job(spec: SweepSpec, spec_hash: str) -> Obj:
             {"name": "tmp-vllm", "emptyDir": {}},
         ]
     pod = _common_pod(spec, c.node_selector, c.tolerations)
+    if c.service_account:
+        pod["serviceAccountName"] = c.service_account  # workload identity for S3
     pod["automountServiceAccountToken"] = False  # the rollout pods never talk to the API server
     pod["terminationGracePeriodSeconds"] = 60
     if init:
@@ -148,6 +156,7 @@ def aggregate_objects(spec: SweepSpec, spec_hash: str) -> list[Obj]:
     def meta() -> Obj:
         return {"name": name, "namespace": c.namespace, "labels": labels(spec, "aggregate")}
 
+    account_name = c.service_account or name  # workload identity for S3 needs the user's account
     account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta()}
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -160,7 +169,7 @@ def aggregate_objects(spec: SweepSpec, spec_hash: str) -> list[Obj]:
         "kind": "RoleBinding",
         "metadata": meta(),
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": c.namespace}],
+        "subjects": [{"kind": "ServiceAccount", "name": account_name, "namespace": c.namespace}],
     }
     agg = c.aggregate
     small = Resources(requests={"cpu": "100m", "memory": "256Mi"}, limits={"memory": "512Mi"})
@@ -181,13 +190,13 @@ def aggregate_objects(spec: SweepSpec, spec_hash: str) -> list[Obj]:
         "imagePullPolicy": c.images.pull_policy,
         "command": ["thicket"],
         "args": ["aggregate", spec.sweep_uri],
-        "env": [_env("HOME", "/tmp"), _env("PYTHONUNBUFFERED", "1"), *s3_env(spec)],
+        "env": [_env("HOME", "/tmp"), _env("PYTHONUNBUFFERED", "1"), *s3_env(spec), *_user_env(spec, "aggregate")],
         "resources": _resources(c.resources.aggregate),
         "securityContext": _security(read_only=True),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
     pod = _common_pod(spec, agg.node_selector, agg.tolerations)
-    pod["serviceAccountName"] = name
+    pod["serviceAccountName"] = account_name
     pod["automountServiceAccountToken"] = True  # wait-job reads the rollout Job's status
     pod["initContainers"] = [wait]
     pod["containers"] = [main]
@@ -214,7 +223,7 @@ def aggregate_objects(spec: SweepSpec, spec_hash: str) -> list[Obj]:
         "spec": job_spec,
     }
     job["metadata"]["annotations"][TEMPLATE_HASH] = digest({"template": job_spec["template"]})
-    return [account, role, binding, job]
+    return [*([] if c.service_account else [account]), role, binding, job]
 
 
 def render(spec: SweepSpec, check: bool = True) -> list[Obj]:
@@ -233,17 +242,20 @@ def render(spec: SweepSpec, check: bool = True) -> list[Obj]:
         },
         "data": {SPEC_KEY: text},
     }
-    objects = [config]
+    objects = [config, *network_objects(spec)]
     aggregate = aggregate_objects(spec, spec_hash) if spec.cluster.aggregate.enabled else []
-    objects += aggregate[:3]
+    objects += aggregate[:-1]
     objects.append(rollout_job(spec, spec_hash))
-    objects += aggregate[3:]
+    objects += aggregate[-1:]
     if check:
-        from thicket.k8s.rules import check_objects
+        from thicket.k8s.rules import check_objects, policy_problems
 
         problems = check_objects(objects)
         if problems:
             raise ThicketError(f"rendered manifests break an API rule (a thicket bug): {problems[0]}")
+        problems = [problem for obj in objects for problem in policy_problems(obj)]
+        if problems:
+            raise ThicketError(f"rendered pods break thicket's pod policy (a thicket bug): {problems[0]}")
     return objects
 
 

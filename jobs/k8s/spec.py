@@ -7,7 +7,6 @@ value fails `thicket validate` with one line naming the field, not the API serve
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -20,79 +19,21 @@ from pydantic import (
 )
 
 from thicket import __version__
+from thicket.k8s.values import (
+    DNS_SUBDOMAIN,
+    dns_label,
+    dns_subdomain,
+    image_reference,
+    label_value,
+    parse_quantity,
+    qualified_name,
+)
 
 REGISTRY = "ghcr.io/thicket"
 VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"  # pinned: the GPU build the worker is tested against
 
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][+-]?\d+)?$")
-IMAGE_REF = re.compile(
-    r"^(?:[a-zA-Z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
-    r"(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@(?P<digest>sha256:[a-f0-9]{64}))?$"
-)
 # Flags thicket sets on the vLLM command line itself (they must agree with the pod's wiring).
 MANAGED_VLLM_FLAGS = ("--model", "--served-model-name", "--host", "--port")
-_SUFFIXES = {
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-    "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-}
-
-
-def dns_label(value: str, what: str = "name") -> str:
-    if len(value) > 63 or not DNS_LABEL.match(value):
-        raise ValueError(
-            f"{value!r} is not a valid {what} (DNS-1123 label): use at most 63 lowercase letters, digits "
-            "and '-', starting and ending with a letter or digit"
-        )
-    return value
-
-
-def dns_subdomain(value: str, what: str = "name") -> str:
-    if len(value) > 253 or not DNS_SUBDOMAIN.match(value):
-        raise ValueError(
-            f"{value!r} is not a valid {what} (DNS-1123 subdomain): use lowercase letters, digits, '-' "
-            "and '.', starting and ending with a letter or digit"
-        )
-    return value
-
-
-def qualified_name(key: str) -> bool:
-    """A label or annotation key: [prefix/]name, name <= 63 chars, prefix a DNS subdomain."""
-    prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not DNS_SUBDOMAIN.match(prefix)):
-        return False
-    return 0 < len(name) <= 63 and bool(QUALIFIED_NAME.match(name))
-
-
-def label_value(value: str) -> bool:
-    return len(value) <= 63 and bool(LABEL_VALUE.match(value))
-
-
-def parse_quantity(value: str | int | float) -> Decimal:
-    """A Kubernetes resource quantity ('500m', '16Gi', '2') as a number."""
-    text = str(value)
-    match = QUANTITY.match(text)
-    if not match:
-        raise ValueError(f"{text!r} is not a Kubernetes quantity (e.g. 500m, 2, 16Gi)")
-    suffix = match.group(3) or ""
-    number = text[: len(text) - len(suffix)] if suffix in _SUFFIXES else text
-    try:
-        base = Decimal(number)
-    except InvalidOperation:
-        raise ValueError(f"{text!r} is not a Kubernetes quantity (e.g. 500m, 2, 16Gi)") from None
-    return base * Decimal(_SUFFIXES[suffix]) if suffix in _SUFFIXES else base
-
-
-def image_reference(value: str, what: str) -> str:
-    match = IMAGE_REF.match(value)
-    if not match:
-        raise ValueError(f"{value!r} is not an image reference like registry/name:tag")
-    if not match.group("digest") and match.group("tag") in (None, "latest"):
-        raise ValueError(f"{value!r}: pin the {what} image by tag or digest (not untagged or :latest)")
-    return value
 
 
 class ClusterModel(BaseModel):
@@ -195,6 +136,42 @@ class Probes(ClusterModel):
     period_s: int = Field(10, ge=1, le=300, description="readiness probe period")
     timeout_s: int = Field(5, ge=1, le=120, description="per probe request")
     readiness_failures: int = Field(3, ge=1, le=100, description="failed probes before a container is unready")
+    liveness_failures: int = Field(6, ge=1, le=100, description="failed probes, after the start-up window, "
+                                   "before the kubelet restarts a server")
+
+
+# Variables thicket sets itself in its containers: cluster.env may not override them.
+RESERVED_ENV = frozenset({
+    "HOME", "USER", "LOGNAME", "PYTHONUNBUFFERED", "HF_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME",
+    "VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "NUMBA_CACHE_DIR",
+    "HF_TOKEN", "JOB_COMPLETION_INDEX", "THICKET_LOG_FORMAT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION",
+})
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _env_vars(value: dict[str, str]) -> dict[str, str]:
+    for name in value:
+        if not ENV_NAME.match(name):
+            raise ValueError(f"{name!r} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+        if name in RESERVED_ENV or name.startswith("THICKET_"):
+            raise ValueError(f"{name} is set by thicket; choose another variable")
+    return value
+
+
+EnvVars = Annotated[dict[str, str], AfterValidator(_env_vars)]
+
+
+class ContainerEnv(ClusterModel):
+    """Extra environment variables per container, e.g. vllm: {VLLM_CPU_KVCACHE_SPACE: "40"}."""
+
+    vllm: EnvVars = Field(default_factory=dict)
+    worker: EnvVars = Field(default_factory=dict)
+    env: EnvVars = Field(default_factory=dict, description="every env sidecar")
+    aggregate: EnvVars = Field(default_factory=dict)
+
+    def for_container(self, container: str) -> dict[str, str]:
+        return getattr(self, container)
 
 
 class EnvSidecar(ClusterModel):
@@ -217,6 +194,29 @@ class EnvSidecar(ClusterModel):
     @classmethod
     def pinned(cls, value: str | None) -> str | None:
         return value if value is None else image_reference(value, "env sidecar")
+
+    @field_validator("args")
+    @classmethod
+    def not_managed(cls, value: list[str]) -> list[str]:
+        for arg in value:
+            if arg.split("=", 1)[0] in ("--host", "--port"):
+                raise ValueError(f"{arg.split('=', 1)[0]} is set by thicket (the server listens on 127.0.0.1; use port)")
+        return value
+
+    def max_instances(self) -> int:
+        """`--max-instances` in args, else JVM_INSTANCES for a JVM family (rendered into its
+        args), else `thicket serve-env`'s default."""
+        for flag, value in zip(self.args, self.args[1:]):
+            if flag == "--max-instances" and value.isdigit():
+                return int(value)
+        for arg in self.args:
+            if arg.startswith("--max-instances=") and arg.split("=", 1)[1].isdigit():
+                return int(arg.split("=", 1)[1])
+        if self.family in JAVA_FAMILIES:
+            return JVM_INSTANCES
+        from thicket.envs.service import ServerConfig
+
+        return ServerConfig.max_instances
 
 
 def _node_selector(value: dict[str, str]) -> dict[str, str]:
@@ -247,6 +247,10 @@ class AggregateSpec(ClusterModel):
 
 
 JAVA_FAMILIES = frozenset({"scienceworld", "sciworld"})
+JVM_INSTANCES = 32  # a JVM family's sidecar: live instances by default (each holds its own JVM state)
+JVM_INSTANCE_MIB = 200  # memory of one ScienceWorld instance (its JVM heap and threads)
+JVM_BASE_MIB = 1024  # the sidecar's Python and the JVM itself
+JVM_MAX_MIB = 64 * 1024
 
 
 class ClusterSpec(ClusterModel):
@@ -274,7 +278,19 @@ class ClusterSpec(ClusterModel):
     max_failed_indexes: int | None = Field(None, ge=0, description="the Job fails once more indexes than this fail")
     ttl_seconds_after_finished: int | None = Field(7 * 86400, ge=0, description="finished Jobs are deleted after this")
     probes: Probes = Field(default_factory=Probes)
-    wait_ready_timeout_s: int = Field(600, ge=1, description="worker's deadline for vLLM and the env sidecars")
+    wait_ready_timeout_s: int | None = Field(
+        None, ge=1, description="the worker's deadline for vLLM and the env sidecars to answer; the pod fails "
+        "(exit 3, retried per index) when it passes (default: probes.vllm_startup_s, or env_startup_s "
+        "without vLLM)"
+    )
+    service_account: str | None = Field(
+        None, description="ServiceAccount of the rollout and aggregation pods, for workload identity (IRSA on "
+        "EKS, Workload Identity on GKE) instead of static keys; the rollout pods still mount no API "
+        "token (the clouds' identity webhooks add their own)"
+    )
+    env: ContainerEnv = Field(default_factory=ContainerEnv, description="extra environment variables per container")
+    network_policy: bool = Field(False, description="render a NetworkPolicy: only the metrics port is reachable")
+    pod_monitor: bool = Field(False, description="render a Prometheus Operator PodMonitor for the metrics port")
     envs: list[EnvSidecar] | None = Field(
         None, description="env sidecars; null: one for tasks.env on port 8100 (none when tasks.env_server "
         "is in_process or remote); []: none"
@@ -287,7 +303,7 @@ class ClusterSpec(ClusterModel):
     def namespace_label(cls, value: str) -> str:
         return dns_label(value, "namespace")
 
-    @field_validator("model_cache_pvc", "hf_token_secret", "s3_secret", "priority_class_name")
+    @field_validator("model_cache_pvc", "hf_token_secret", "s3_secret", "priority_class_name", "service_account")
     @classmethod
     def object_name(cls, value: str | None) -> str | None:
         return value if value is None else dns_subdomain(value)
@@ -340,17 +356,40 @@ class ClusterSpec(ClusterModel):
 
     def sidecars(self, tasks: Any) -> list[EnvSidecar]:
         """The env sidecars of a pod. By default one for tasks.env, unless the spec's
-        tasks.env_server runs envs in process or at a remote server."""
+        tasks.env_server runs envs in process or at a remote server. A JVM family's sidecar holds
+        JVM_INSTANCES live instances unless tasks.env_server.max_instances says otherwise: its
+        memory is sized from that number (env_memory)."""
         if self.envs is not None:
             return list(self.envs)
-        server = getattr(tasks, "env_server", None)
-        mode = getattr(server, "mode", "sidecar")
-        if mode != "sidecar":
+        server = tasks.env_server
+        if server.mode != "sidecar":
             return []
-        args = []
-        if server is not None:
-            args = ["--max-instances", str(server.max_instances), "--idle-timeout", f"{server.idle_timeout_s:g}"]
+        instances = server.max_instances
+        if tasks.env in JAVA_FAMILIES and "max_instances" not in server.model_fields_set:
+            instances = JVM_INSTANCES
+        args = ["--max-instances", str(instances), "--idle-timeout", f"{server.idle_timeout_s:g}"]
         return [EnvSidecar(family=tasks.env, args=args)]
+
+    def serve_env_args(self, sidecar: EnvSidecar) -> list[str]:
+        """`thicket serve-env`'s arguments after the family, host and port."""
+        if sidecar.family in JAVA_FAMILIES and not any(a.startswith("--max-instances") for a in sidecar.args):
+            return [*sidecar.args, "--max-instances", str(sidecar.max_instances())]
+        return list(sidecar.args)
+
+    def env_resources(self, sidecar: EnvSidecar) -> Resources:
+        """The sidecar's own resources, else resources.env, with memory raised to what its
+        instances need (a JVM family: JVM_INSTANCE_MIB for each)."""
+        if sidecar.resources is not None:
+            return sidecar.resources
+        base = self.resources.env
+        if sidecar.family not in JAVA_FAMILIES:
+            return base
+        mib = JVM_BASE_MIB + JVM_INSTANCE_MIB * sidecar.max_instances()
+        if mib > JVM_MAX_MIB:
+            raise ValueError(f"{sidecar.max_instances()} live {sidecar.family} instances need about {mib // 1024}Gi "
+                             f"(~{JVM_INSTANCE_MIB}Mi of JVM each): lower tasks.env_server.max_instances")
+        memory = f"{mib}Mi"
+        return Resources(requests={**base.requests, "memory": memory}, limits={**base.limits, "memory": memory})
 
     def sidecar_image(self, sidecar: EnvSidecar) -> str:
         if sidecar.image:

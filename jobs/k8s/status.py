@@ -1,5 +1,6 @@
 """A sweep's state on the cluster: per-index status (`thicket status`), the pod of an index
-(`thicket logs`), and waiting for a Job (`thicket wait-job`)."""
+(`thicket logs`), and waiting for a Job (`thicket wait-job`). Why each index is where it is comes
+from thicket.k8s.pod_reasons."""
 
 from __future__ import annotations
 
@@ -12,14 +13,15 @@ from datetime import datetime, timezone
 from typing import Any
 
 from thicket.errors import BadInput, Unavailable
-from thicket.k8s.client import Kube, _one_line
+from thicket.k8s.client import Forbidden, Kube, _one_line
 from thicket.k8s.names import COMPONENT_LABEL, SPEC_KEY, SWEEP_LABEL
+from thicket.k8s.pod_reasons import IndexRow, IndexState, index_rows, parse_time, pod_index
 from thicket.spec import SweepSpec
 
 Obj = dict[str, Any]
 
 
-INDEX_KEY = "batch.kubernetes.io/job-completion-index"
+WARNING_EVENTS = "involvedObject.kind=Pod,type=Warning"
 
 
 # -- status -------------------------------------------------------------------------------------
@@ -47,12 +49,6 @@ def format_index_set(indexes: set[int] | list[int], limit: int = 8) -> str:
         runs.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
         i = j + 1
     return ",".join(runs[:limit]) + (",…" if len(runs) > limit else "")
-
-
-def parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def format_duration(seconds: float) -> str:
@@ -99,6 +95,8 @@ class SweepStatus:
     storage_note: str | None = None
     sweep_uri: str | None = None
     aggregate: str | None = None
+    rows: list[IndexRow] = field(default_factory=list)  # one per index
+    events_note: str | None = None  # why the namespace's Events were not read
     now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
     @property
@@ -106,6 +104,11 @@ class SweepStatus:
         if self.tasks_total and self.tasks_committed is not None:
             return min(1.0, self.tasks_committed / self.tasks_total)
         return len(self.indexes["completed"]) / self.completions if self.completions else 0.0
+
+    @property
+    def finished(self) -> bool:
+        """Nothing more to watch: the rollout Job ended."""
+        return self.ended is not None or self.state.split(" ")[0] in ("Complete", "Failed")
 
     @property
     def elapsed_s(self) -> float | None:
@@ -131,6 +134,8 @@ class SweepStatus:
         out = [
             f"sweep      {self.sweep} (namespace {self.namespace})",
             f"job        {self.job}: {self.state}{when}",
+            *([f"{'index':>5}  {'state':<9}  reason"] if self.rows else []),
+            *(row.line() for row in self.rows),
             f"indexes    {self.completions}: {counts or 'none started'}",
         ]
         if self.tasks_committed is not None:
@@ -139,7 +144,25 @@ class SweepStatus:
             out.append(f"tasks      {self.tasks_total or '?'} in all; committed: unknown ({self.storage_note})")
         if self.aggregate:
             out.append(f"aggregate  {self.aggregate}")
+        if self.events_note:
+            out.append(f"events     not read ({self.events_note})")
         return out
+
+    def as_json(self) -> Obj:
+        """`thicket status -o json`: the summary and one entry per index."""
+        when = {k: f"{v:%Y-%m-%dT%H:%M:%S}Z" if v else None for k, v in (("started", self.started), ("ended", self.ended))}
+        summary = {
+            "sweep": self.sweep, "namespace": self.namespace, "job": self.job, "state": self.state,
+            "completions": self.completions, **{str(k): len(v) for k, v in self.indexes.items()}, **when,
+            "elapsed_s": _seconds(self.elapsed_s), "eta_s": _seconds(self.eta_s), "tasks_total": self.tasks_total,
+            "tasks_committed": self.tasks_committed, "storage_note": self.storage_note, "sweep_uri": self.sweep_uri,
+            "aggregate": self.aggregate, "events_note": self.events_note,
+        }
+        return {"summary": summary, "indexes": [row.as_json() for row in self.rows]}
+
+
+def _seconds(value: float | None) -> int | None:
+    return None if value is None else round(value)
 
 
 def sweep_jobs(kube: Kube, namespace: str, sweep: str) -> dict[str, Obj]:
@@ -150,10 +173,22 @@ def sweep_jobs(kube: Kube, namespace: str, sweep: str) -> dict[str, Obj]:
     return found
 
 
-def pod_index(pod: Obj) -> int | None:
-    meta = pod.get("metadata") or {}
-    raw = (meta.get("labels") or {}).get(INDEX_KEY) or (meta.get("annotations") or {}).get(INDEX_KEY)
-    return int(raw) if raw is not None and str(raw).isdigit() else None
+def warning_events(kube: Kube, namespace: str) -> tuple[list[Obj], str | None]:
+    """The namespace's Warning Events about pods, and why there are none when they cannot be read."""
+    try:
+        return kube.list("Event", namespace, "", fields=WARNING_EVENTS), None
+    except Forbidden as err:  # a Role from before thicket read Events: the pods still tell most
+        return [], f"{_one_line(str(err))[:200]}; apply k8s/rbac.yaml"
+
+
+def idle_reason(job: Obj) -> str:
+    """Why an index of the Job has no pod."""
+    state = job_state(job)
+    if state == "Suspended":
+        return "the job is suspended"
+    if finished(job):
+        return f"not run: the job is {state}"
+    return f"no pod yet (parallelism {(job.get('spec') or {}).get('parallelism', '?')})"
 
 
 def sweep_spec_from_cluster(kube: Kube, namespace: str, sweep: str) -> SweepSpec | None:
@@ -185,25 +220,15 @@ def sweep_status(kube: Kube, namespace: str, sweep: str, storage: bool = True) -
     job = jobs["rollout"]
     spec_obj, status = job.get("spec") or {}, job.get("status") or {}
     completions = int(spec_obj.get("completions") or 0)
-    completed = parse_index_set(status.get("completedIndexes"))
-    failed = parse_index_set(status.get("failedIndexes"))
-    running: set[int] = set()
-    pending: set[int] = set()
-    for pod in kube.list("Pod", namespace, f"{SWEEP_LABEL}={sweep},{COMPONENT_LABEL}=rollout"):
-        index = pod_index(pod)
-        if index is None or index in completed or index in failed or (pod["metadata"].get("deletionTimestamp")):
-            continue
-        phase = (pod.get("status") or {}).get("phase")
-        if phase == "Running":
-            running.add(index)
-        elif phase == "Pending":
-            pending.add(index)
-    pending -= running
-    waiting = set(range(completions)) - completed - failed - running - pending
+    pods = kube.list("Pod", namespace, f"{SWEEP_LABEL}={sweep},{COMPONENT_LABEL}=rollout")
+    events, events_note = warning_events(kube, namespace)
+    rows = index_rows(completions, parse_index_set(status.get("completedIndexes")),
+                      parse_index_set(status.get("failedIndexes")), pods, events, idle_reason(job))
     result = SweepStatus(
         sweep=sweep, namespace=namespace, job=job["metadata"]["name"], state=job_state(job), completions=completions,
-        indexes={"completed": completed, "failed": failed, "running": running, "pending": pending, "waiting": waiting},
+        indexes={str(state): {row.index for row in rows if row.state is state} for state in IndexState},
         started=parse_time(status.get("startTime")), ended=parse_time(status.get("completionTime")),
+        rows=rows, events_note=events_note,
     )
     if finished(job) and result.ended is None:
         times = [parse_time(c.get("lastTransitionTime")) for c in status.get("conditions") or [] if c.get("status") == "True"]
@@ -227,8 +252,9 @@ def sweep_status(kube: Kube, namespace: str, sweep: str, storage: bool = True) -
     return result
 
 
-def render_status(status: SweepStatus) -> Any:
-    """The status lines plus a progress bar and ETA, as one rich renderable."""
+def render_status(status: SweepStatus, crop: bool = False) -> Any:
+    """The status lines plus a progress bar and ETA, as one rich renderable; crop: cut lines wider
+    than the terminal (--watch) instead of wrapping them."""
     from rich.console import Group
     from rich.progress_bar import ProgressBar
     from rich.table import Table
@@ -243,7 +269,8 @@ def render_status(status: SweepStatus) -> Any:
     eta = status.eta_s
     tail = f"{status.fraction:6.1%}" + (f"  ETA {format_duration(eta)}" if eta is not None else "")
     bar.add_row("progress", ProgressBar(total=max(total or 1, 1), completed=done or 0, width=40), tail)
-    return Group(*(Text(line) for line in status.lines()), bar)
+    lines = (Text(line, no_wrap=True, overflow="ellipsis") if crop else Text(line) for line in status.lines())
+    return Group(*lines, bar)
 
 
 # -- logs, cancel, wait ---------------------------------------------------------------------

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from thicket.errors import BadInput, Unavailable
-from thicket.k8s.client import Conflict, Forbidden, Kube
+from thicket.k8s.client import Conflict, Forbidden, Kube, NotFound
 from thicket.k8s.names import SWEEP_LABEL, TEMPLATE_HASH, serves_vllm
 from thicket.spec import SweepSpec
 
@@ -17,7 +17,7 @@ Obj = dict[str, Any]
 
 
 # What `cancel` deletes, in this order (Jobs first: their pods go with them).
-SWEEP_KINDS = ("Job", "ConfigMap", "RoleBinding", "Role", "ServiceAccount")
+SWEEP_KINDS = ("Job", "ConfigMap", "RoleBinding", "Role", "ServiceAccount", "NetworkPolicy", "PodMonitor")
 
 
 EXAMPLE_ANNOTATION = "thicket.dev/example"
@@ -71,20 +71,24 @@ def preflight(kube: Kube, spec: SweepSpec) -> list[str]:
         pass  # namespaced accounts cannot read namespaces; the first create will tell
     if c.s3_secret:
         secret = check("Secret", c.s3_secret, "cluster.s3_secret",
-                       "create it with your S3 credentials (see k8s/s3-credentials.example.yaml)")
+                       "create it with your S3 credentials (see k8s/examples/s3-credentials.yaml), or set "
+                       "cluster.s3_secret: null and cluster.service_account for workload identity")
         if secret is not None:
             if (secret["metadata"].get("annotations") or {}).get(EXAMPLE_ANNOTATION) == "true":
                 raise BadInput(
                     f"cluster.s3_secret: secret {c.s3_secret!r} still holds the example placeholder values "
-                    "from k8s/: put your real S3 credentials in it and drop its thicket.dev/example annotation"
+                    "from k8s/examples/: put your real S3 credentials in it and drop its thicket.dev/example annotation"
                 )
             have = set(secret.get("data") or {}) | set(secret.get("stringData") or {})
             missing = [k for k in S3_KEYS if k not in have]
             if missing:
                 raise BadInput(f"cluster.s3_secret: secret {c.s3_secret!r} has no key {missing[0]}")
+    if c.service_account:
+        check("ServiceAccount", c.service_account, "cluster.service_account",
+              "create it, annotated for your cloud's workload identity (docs/kubernetes.md)")
     if serves_vllm(spec) and c.model_cache_pvc:
         check("PersistentVolumeClaim", c.model_cache_pvc, "cluster.model_cache_pvc",
-              "create it (see k8s/model-cache-pvc.yaml) or set cluster.model_cache_pvc: null for an emptyDir")
+              "create it (see k8s/examples/model-cache-pvc.yaml) or set cluster.model_cache_pvc: null for an emptyDir")
     if serves_vllm(spec) and c.hf_token_secret:
         check("Secret", c.hf_token_secret, "cluster.hf_token_secret", "create it with key HF_TOKEN")
     for name in c.image_pull_secrets:
@@ -146,10 +150,34 @@ def apply_object(kube: Kube, obj: Obj, replace: bool = False) -> str:
     return "updated"
 
 
-def submit(kube: Kube, spec: SweepSpec, objects: list[Obj], replace: bool = False,
+def finished(job: Obj) -> bool:
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conditions)
+
+
+def _finished_jobs(kube: Kube, objects: list[Obj]) -> list[Obj]:
+    """The sweep's Jobs that exist and have finished, for --resume (refused while one runs)."""
+    ended = []
+    for obj in (o for o in objects if o["kind"] == "Job"):
+        meta = obj["metadata"]
+        live = kube.get("Job", meta["namespace"], meta["name"])
+        if live is None:
+            continue
+        if not finished(live):
+            raise BadInput(f"job/{meta['name']} is still running: --resume reruns a finished sweep "
+                           f"(wait for it, or `thicket cancel {meta['name']}` first)")
+        ended.append(obj)
+    return ended
+
+
+def submit(kube: Kube, spec: SweepSpec, objects: list[Obj], replace: bool = False, resume: bool = False,
            echo: Callable[[str], None] = print) -> dict[str, str]:
+    """Create or update the sweep's objects. `resume` recreates its finished Jobs: every index runs
+    again, and one whose tasks are all committed exits at once (the worker checks before it waits
+    for its servers), so only the failed or unfinished indexes do work."""
     for warning in preflight(kube, spec):
         echo(f"warning: {warning}")
+    rerun = _finished_jobs(kube, objects) if resume else []
     # Jobs whose pod template changed go first, before the ConfigMap changes under running pods.
     stale = []
     for obj in objects:
@@ -164,16 +192,19 @@ def submit(kube: Kube, spec: SweepSpec, objects: list[Obj], replace: bool = Fals
             "change): rerun with --replace to delete and recreate it (committed tasks are kept and skipped), "
             "or rename the sweep"
         )
-    for obj in stale:
+    for obj in stale + [o for o in rerun if o not in stale]:
         meta = obj["metadata"]
         kube.delete("Job", meta["namespace"], meta["name"], propagation="Foreground")
         _wait_gone(kube, "Job", meta["namespace"], meta["name"])
     replaced = {f"job/{o['metadata']['name']}" for o in stale}
+    resumed = {f"job/{o['metadata']['name']}" for o in rerun} - replaced
     done: dict[str, str] = {}
     for obj in objects:
         key = f"{obj['kind'].lower()}/{obj['metadata']['name']}"
         action = apply_object(kube, obj, replace)
-        done[key] = "replaced" if key in replaced and action == "created" else action
+        if action == "created" and key in replaced | resumed:
+            action = "replaced" if key in replaced else "resumed"
+        done[key] = action
         echo(f"{key} {done[key]}")
     return done
 
@@ -181,7 +212,11 @@ def submit(kube: Kube, spec: SweepSpec, objects: list[Obj], replace: bool = Fals
 def cancel(kube: Kube, namespace: str, sweep: str, echo: Callable[[str], None] = print) -> int:
     deleted = 0
     for kind in SWEEP_KINDS:
-        for obj in kube.list(kind, namespace, f"{SWEEP_LABEL}={sweep}"):
+        try:
+            found = kube.list(kind, namespace, f"{SWEEP_LABEL}={sweep}")
+        except NotFound:  # a kind the cluster does not serve (PodMonitor without the Prometheus Operator)
+            continue
+        for obj in found:
             name = obj["metadata"]["name"]
             if kube.delete(kind, namespace, name):
                 deleted += 1

@@ -14,7 +14,7 @@ import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential
 
 from thicket import metrics
-from thicket.errors import BadInput, Unavailable
+from thicket.errors import BadInput, NothingAnswers, Unavailable
 from thicket.policy.openai_config import OpenAIConfig
 from thicket.transport import Answer, Exchange, exchange_for
 from thicket.unreachable import nobody_listens
@@ -127,7 +127,7 @@ class ServerConnection:
                         raise _ServerError(response.status, error_message(response))
         except _CONNECTION_ERRORS as exc:
             if startup and (reason := nobody_listens(exc)):
-                raise BadInput(f"{self.config.url_field}: nothing answers at {self.base_url} ({reason}, "
+                raise NothingAnswers(f"{self.config.url_field}: nothing answers at {self.base_url} ({reason}, "
                                f"for {self.config.startup_connect_s:g}s): check the URL and that the "
                                "server is running") from None
             raise Unavailable(f"cannot reach the policy server at {self.base_url} for "

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+import pyarrow as pa
+
 from thicket import metrics
 from thicket.envs import make_env
 from thicket.envs.protocol import Env
@@ -65,6 +67,12 @@ class TaskOutcome:
                   "solved": self.solved, "generated_tokens": self.generated_tokens,
                   "llm_requests": self.llm_requests, "seconds": round(self.seconds, 3)}
         return fields | ({"error": self.error} if self.error else {})
+
+
+@dataclass(frozen=True)
+class GrownTree:
+    outcome: TaskOutcome
+    table: pa.Table | None = None  # the shard's rows; None when growing failed
 
 
 @dataclass
@@ -146,12 +154,13 @@ class Worker:
                             break
                         growing += 1
                         try:
-                            grown = await self.grow_task(todo.get_nowait(), batcher)
+                            grown = await self.grow_tree(todo.get_nowait())
+                            commit = batcher.add(grown.outcome.task, grown.table) if grown.table is not None else None
                         finally:
                             growing -= 1
                     if no_more() and growing == 0:
                         batcher.flush()  # no other tree will come to share a data file
-                    outcome = self._finished(grown if isinstance(grown, TaskOutcome) else await grown)
+                    outcome = self._finished(await self._committed(grown, commit))
                     report.add(outcome)
                     bar.advance(outcome.nodes, outcome.solved)
 
@@ -166,16 +175,15 @@ class Worker:
         report.seconds = time.perf_counter() - started
         return report
 
-    async def grow_task(self, task: int, batcher: ShardBatcher) -> TaskOutcome | asyncio.Task[TaskOutcome]:
-        """Grow the task's tree and queue it for its commit: a failure's outcome, or the task
-        that gives the outcome once the tree's batch is written. An outcome's seconds are
-        those spent growing the tree, not those waiting for its batch."""
+    async def grow_tree(self, task: int) -> GrownTree:
+        """Grow the task's tree and turn it into its shard's table; a failure's outcome has no
+        table. The outcome's seconds are those spent growing, not those waiting for a batch."""
         started = time.perf_counter()
         log.info("task %d started", task, extra={"task": task, "tree": task, "status": "started"})
         env = self.new_env() if self.new_env else make_env(self.spec.tasks.env, **self.spec.tasks.env_args)
         try:
             guard = ContentGuard(self.spec.tasks.max_observation_chars)
-            x = await Expander.open(
+            expander = await Expander.open(
                 env,
                 task,
                 self.policy,
@@ -186,47 +194,51 @@ class Worker:
                 show_valid_actions=self.spec.policy.show_valid_actions,
                 dedupe=self.spec.search.dedupe,
             )
-            status = await self._grow_within_deadline(x)
+            status = await self._grow_within_deadline(expander)
             if faults := guard.summary():
                 log.warning("task %d: untrusted content handled: %s", task, faults, extra={"task": task, "tree": task})
-            table = await asyncio.to_thread(tree_table, x.tree, self._meta(x))
+            table = await asyncio.to_thread(tree_table, expander.tree, self._meta(expander))
         except (BadInput, asyncio.CancelledError):
             raise
         except Exception as err:  # one task's failure must not stop the others
-            return self._failed(task, err, started)
+            return GrownTree(self._failed(task, err, time.perf_counter() - started))
         finally:
             await env.close()
-        grown = TaskOutcome(
+        tree = expander.tree
+        outcome = TaskOutcome(
             task,
             status,
-            nodes=x.tree.size,
-            solved=x.tree.solved,
-            generated_tokens=sum(len(n.reply.token_ids) for n in x.tree.nodes() if n.reply),
-            llm_requests=x.llm_requests,
+            nodes=tree.size,
+            solved=tree.solved,
+            generated_tokens=sum(len(node.reply.token_ids) for node in tree.nodes() if node.reply),
+            llm_requests=expander.llm_requests,
             seconds=time.perf_counter() - started,
         )
-        return asyncio.create_task(self._committed(grown, batcher.add(task, table), started))
+        return GrownTree(outcome, table)
 
-    async def _committed(self, grown: TaskOutcome, commit: asyncio.Future[CommitStatus], started: float) -> TaskOutcome:
-        task = grown.task
+    async def _committed(self, grown: GrownTree, commit: asyncio.Future[CommitStatus] | None) -> TaskOutcome:
+        """The outcome once the tree's batch is written (at once for a tree that failed)."""
+        outcome = grown.outcome
+        if commit is None:
+            return outcome
         try:
             status = await commit
         except (BadInput, asyncio.CancelledError):
             raise
         except Exception as err:
-            return self._failed(task, err, started)
-        fields = {"task": task, "tree": task, "nodes": grown.nodes, "commit": status.value, "writer": self.writer_id}
+            return self._failed(outcome.task, err, outcome.seconds)
+        fields = {"task": outcome.task, "tree": outcome.task, "nodes": outcome.nodes, "commit": status.value,
+                  "writer": self.writer_id}
         if status is CommitStatus.COMMITTED:
-            log.info("task %d: shard committed (%d nodes)", task, grown.nodes, extra=fields)
-        else:
-            log.info("task %d: another writer committed it first; ours is dropped", task, extra=fields)
-            grown = replace(grown, status=TaskStatus.SKIPPED)
-        return grown
+            log.info("task %d: shard committed (%d nodes)", outcome.task, outcome.nodes, extra=fields)
+            return outcome
+        log.info("task %d: another writer committed it first; ours is dropped", outcome.task, extra=fields)
+        return replace(outcome, status=TaskStatus.SKIPPED)
 
-    def _failed(self, task: int, err: Exception, started: float) -> TaskOutcome:
+    def _failed(self, task: int, err: Exception, seconds: float) -> TaskOutcome:
         message = err.args[0] if isinstance(err, ThicketError) and err.args else repr(err)
         kind = UNAVAILABLE if isinstance(err, Unavailable) else "error"
-        failed = TaskOutcome(task, TaskStatus.FAILED, seconds=time.perf_counter() - started, error=f"{kind}: {message}")
+        failed = TaskOutcome(task, TaskStatus.FAILED, seconds=seconds, error=f"{kind}: {message}")
         log.error("task %d failed: %s", task, message, extra=failed.log_fields())
         return failed
 
@@ -246,35 +258,36 @@ class Worker:
     def _past_index_deadline(self) -> bool:
         return self._index_deadline is not None and asyncio.get_running_loop().time() >= self._index_deadline
 
-    async def _grow_within_deadline(self, x: Expander) -> TaskStatus:
+    async def _grow_within_deadline(self, expander: Expander) -> TaskStatus:
         deadline = asyncio.get_running_loop().time() + self.spec.run.task_timeout_s
         if self._index_deadline is not None:
             deadline = min(deadline, self._index_deadline)
         try:
             async with asyncio.timeout_at(deadline):
-                await grow(x, self.spec.search)
+                await grow(expander, self.spec.search)
             return TaskStatus.COMMITTED
         except TimeoutError:
             which = "index deadline" if self._past_index_deadline() else f"task timeout ({self.spec.run.task_timeout_s:g} s)"
-            log.warning("task %d: %s reached; storing what was grown as timed out", x.tree.task, which,
-                        extra={"task": x.tree.task, "tree": x.tree.task, "status": TaskStatus.TIMED_OUT.value,
-                               "nodes": x.tree.size, "llm_requests": x.llm_requests})
-            settle(x, self.spec.search, StopReason.TIMEOUT)
+            task = expander.tree.task
+            log.warning("task %d: %s reached; storing what was grown as timed out", task, which,
+                        extra={"task": task, "tree": task, "status": TaskStatus.TIMED_OUT.value,
+                               "nodes": expander.tree.size, "llm_requests": expander.llm_requests})
+            settle(expander, self.spec.search, StopReason.TIMEOUT)
             return TaskStatus.TIMED_OUT
 
-    def _meta(self, x: Expander) -> TreeMeta:
+    def _meta(self, expander: Expander) -> TreeMeta:
         return TreeMeta(
             sweep=self.spec.name,
             env=self.spec.tasks.env,
             algorithm=self.spec.search.algorithm,
             model=self.model_name,
             seed=self.spec.seed,
-            instructions=x.instructions,
-            show_valid_actions=x.show_valid_actions,
+            instructions=expander.instructions,
+            show_valid_actions=expander.show_valid_actions,
         )
 
     def _finished(self, outcome: TaskOutcome) -> TaskOutcome:
-        """Count and log a task that grow_task is done with (failures logged their own line)."""
+        """Count and log a task that is done with (failures logged their own line)."""
         metrics.TASKS_DONE.labels(outcome.status.value).inc()
         metrics.NODES_GROWN.inc(outcome.nodes)
         if outcome.status is not TaskStatus.FAILED:

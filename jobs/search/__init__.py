@@ -34,12 +34,12 @@ AnySearch = Annotated[
 ]
 
 
-async def grow(x: Expander, params: SearchParams) -> None:
-    await ALGORITHMS[params.algorithm].run(x, params)  # type: ignore[attr-defined]
+async def grow(expander: Expander, params: SearchParams) -> None:
+    await ALGORITHMS[params.algorithm].run(expander, params)  # type: ignore[attr-defined]
 
 
-def settle(x: Expander, params: SearchParams, stop: StopReason) -> None:
+def settle(expander: Expander, params: SearchParams, stop: StopReason) -> None:
     """After an interrupted search: close what is open with `stop`, recompute values."""
-    close_open_leaves(x.tree, stop)
+    close_open_leaves(expander.tree, stop)
     if ALGORITHMS[params.algorithm].averages:  # type: ignore[attr-defined]
-        average_values(x.tree.root)
+        average_values(expander.tree.root)

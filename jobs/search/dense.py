@@ -36,27 +36,27 @@ class DenseParams(SearchParams):
     explore_c: float = Field(0.5, ge=0.0)
 
 
-def label_temperature(label: int, p: DenseParams) -> float:
-    return 0.0 if label == 0 else p.temperatures[(label - 1) % len(p.temperatures)]
+def label_temperature(label: int, params: DenseParams) -> float:
+    return 0.0 if label == 0 else params.temperatures[(label - 1) % len(params.temperatures)]
 
 
 def child_with_label(node: Node, label: int) -> Node | None:
     return next((c for c in node.children if c.label == label), None)
 
 
-def free_labels(node: Node, p: DenseParams) -> list[int]:
+def free_labels(node: Node, params: DenseParams) -> list[int]:
     used = {c.label for c in node.children}
-    return [label for label in range(p.width) if label not in used]
+    return [label for label in range(params.width) if label not in used]
 
 
-def contrast_pairs(root: Node, p: DenseParams) -> int:
+def contrast_pairs(root: Node, params: DenseParams) -> int:
     pairs, stack = 0, [root]
     while stack:
         node = stack.pop()
         stack.extend(node.children)
-        seen = [c for c in node.children if c.visits >= p.min_visits]
+        seen = [c for c in node.children if c.visits >= params.min_visits]
         pairs += sum(
-            1 for i, a in enumerate(seen) for b in seen[i + 1 :] if abs(a.value - b.value) >= p.beta
+            1 for i, a in enumerate(seen) for b in seen[i + 1 :] if abs(a.value - b.value) >= params.beta
         )
     return pairs
 
@@ -66,75 +66,76 @@ def spread(nodes: list[Node]) -> float:
     return max(values) - min(values) if len(values) >= 2 else 0.0
 
 
-def extension_score(node: Node, runs: int, p: DenseParams) -> float:
+def extension_score(node: Node, runs: int, params: DenseParams) -> float:
     siblings = node.parent.children if node.parent is not None else [node]
     contrast = max(spread(node.children), spread(siblings))
-    remaining = (p.max_depth - node.depth) / p.max_depth
+    remaining = (params.max_depth - node.depth) / params.max_depth
     bonus = math.sqrt(math.log(runs + 1) / (node.visits + 1))
-    return p.contrast_weight * contrast + p.depth_weight * remaining + p.explore_c * bonus
+    return params.contrast_weight * contrast + params.depth_weight * remaining + params.explore_c * bonus
 
 
-def pick_node(root: Node, runs: int, p: DenseParams, rng: random.Random) -> Node | None:
+def pick_node(root: Node, runs: int, params: DenseParams, rng: random.Random) -> Node | None:
     candidates, stack = [], [root]
     while stack:
         node = stack.pop()
         stack.extend(node.children)
-        if not node.terminal and node.depth < p.max_depth and free_labels(node, p):
+        if not node.terminal and node.depth < params.max_depth and free_labels(node, params):
             candidates.append(node)
     if not candidates:
         return None
-    scores = [extension_score(n, runs, p) for n in candidates]
+    scores = [extension_score(n, runs, params) for n in candidates]
     best = max(scores)
     tied = sorted((n for n, s in zip(candidates, scores) if s == best), key=lambda n: n.key)
     return rng.choice(tied)
 
 
-async def follow(x: Expander, start: Node, label: int, p: DenseParams, rng: random.Random) -> bool:
+async def follow(expander: Expander, start: Node, label: int, params: DenseParams, rng: random.Random) -> bool:
     """Walk from `start` taking `label`, then random labels, to a terminal node.
     Returns whether the run added a node (else it was already decided)."""
     node, added = start, False
     while not node.terminal:
         child = child_with_label(node, label)
         if child is None:
-            if x.over_budget():
+            if expander.over_budget():
                 node.close(StopReason.BUDGET)
                 break
-            child = await generate(x, node, label, p)
+            child = await generate(expander, node, label, params)
             if child is None:
                 break
             added = True
         node = child
-        label = rng.randrange(p.width)
+        label = rng.randrange(params.width)
     refresh_path(node)
     return added
 
 
-async def generate(x: Expander, node: Node, label: int, p: DenseParams) -> Node | None:
-    replies = await x.policy.propose(
-        x.messages(node),
+async def generate(expander: Expander, node: Node, label: int, params: DenseParams) -> Node | None:
+    replies = await expander.policy.propose(
+        expander.messages(node),
         1,
         valid_actions=node.observation.valid_actions,
-        seed=x.seed_for(node, "dense", label),
-        temperature=label_temperature(label, p),
+        seed=expander.seed_for(node, "dense", label),
+        temperature=label_temperature(label, params),
     )
-    x.llm_requests += 1
+    expander.llm_requests += 1
     if not replies:
         node.close(StopReason.ERROR)
         return None
-    return await x.step(node, replies[0], label=label)
+    return await expander.step(node, replies[0], label=label)
 
 
-async def run(x: Expander, p: DenseParams) -> None:
-    root = x.tree.root
-    rng = random.Random(x.seed_for(root, "dense"))
-    runs = int(await follow(x, root, 0, p, rng))
-    while runs < p.run_budget and contrast_pairs(root, p) < p.target_pairs and not x.over_budget():
-        node = pick_node(root, runs, p, rng)
+async def run(expander: Expander, params: DenseParams) -> None:
+    root = expander.tree.root
+    rng = random.Random(expander.seed_for(root, "dense"))
+    runs = int(await follow(expander, root, 0, params, rng))
+    while (runs < params.run_budget and contrast_pairs(root, params) < params.target_pairs
+           and not expander.over_budget()):
+        node = pick_node(root, runs, params, rng)
         if node is None:
             break
-        label = rng.choice(free_labels(node, p))
-        if await follow(x, node, label, p, rng):
+        label = rng.choice(free_labels(node, params))
+        if await follow(expander, node, label, params, rng):
             runs += 1
-    close_open_leaves(x.tree, StopReason.BUDGET)
-    for leaf in x.tree.leaves():
+    close_open_leaves(expander.tree, StopReason.BUDGET)
+    for leaf in expander.tree.leaves():
         refresh_path(leaf)

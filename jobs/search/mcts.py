@@ -29,38 +29,38 @@ class MCTSParams(SearchParams):
     uct_c: float = Field(0.25, ge=0.0, description="UCT exploration constant")
 
 
-def uct_score(child: Node, parent_visits: int, c: float) -> float:
+def uct_score(child: Node, parent_visits: int, exploration: float) -> float:
     if child.visits == 0:
         return math.inf
     exploit = child.value_sum / child.visits
-    return exploit + c * math.sqrt(math.log(max(parent_visits, 1)) / child.visits)
+    return exploit + exploration * math.sqrt(math.log(max(parent_visits, 1)) / child.visits)
 
 
-def select(node: Node, c: float, rng: random.Random) -> Node | None:
+def select(node: Node, exploration: float, rng: random.Random) -> Node | None:
     """The open child with the best UCT score (random among ties), or None."""
     candidates = [child for child in node.children if not child.terminal]
     if not candidates:
         return None
-    scores = [uct_score(child, node.visits, c) for child in candidates]
+    scores = [uct_score(child, node.visits, exploration) for child in candidates]
     best = max(scores)
     return rng.choice([child for child, s in zip(candidates, scores) if s == best])
 
 
-async def run(x: Expander, p: MCTSParams) -> None:
-    root = x.tree.root
-    rng = random.Random(x.seed_for(root, "mcts"))
-    for _ in range(p.iterations):
-        if root.terminal or x.over_budget():
+async def run(expander: Expander, params: MCTSParams) -> None:
+    root = expander.tree.root
+    rng = random.Random(expander.seed_for(root, "mcts"))
+    for _ in range(params.iterations):
+        if root.terminal or expander.over_budget():
             break
-        await walk(x, p, rng)
-    close_open_leaves(x.tree, StopReason.BUDGET)
+        await walk(expander, params, rng)
+    close_open_leaves(expander.tree, StopReason.BUDGET)
 
 
-async def walk(x: Expander, p: MCTSParams, rng: random.Random) -> None:
-    node = x.tree.root
+async def walk(expander: Expander, params: MCTSParams, rng: random.Random) -> None:
+    node = expander.tree.root
     while not node.terminal:
         if not node.children:
-            children = await x.expand(node, p.expansions, temperature=p.temperature)
+            children = await expander.expand(node, params.expansions, temperature=params.temperature)
             if not children:
                 if not node.terminal:  # the policy produced nothing usable
                     node.close(StopReason.ERROR)
@@ -68,7 +68,7 @@ async def walk(x: Expander, p: MCTSParams, rng: random.Random) -> None:
             for child in children:
                 if child.terminal:
                     backpropagate(child, leaf_score(child))
-        nxt = select(node, p.uct_c, rng)
+        nxt = select(node, params.uct_c, rng)
         if nxt is None:
             node.close(StopReason.EXHAUSTED)
             return

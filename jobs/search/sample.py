@@ -19,16 +19,16 @@ class SampleParams(SearchParams):
     dedupe: bool = False  # independent samples may repeat each other
 
 
-async def run(x: Expander, p: SampleParams) -> None:
-    firsts = await x.expand(x.tree.root, p.samples, temperature=p.temperature)
-    await asyncio.gather(*(continue_alone(x, node, p) for node in firsts))
-    close_open_leaves(x.tree, StopReason.BUDGET)
-    average_values(x.tree.root)
+async def run(expander: Expander, params: SampleParams) -> None:
+    firsts = await expander.expand(expander.tree.root, params.samples, temperature=params.temperature)
+    await asyncio.gather(*(continue_alone(expander, node, params) for node in firsts))
+    close_open_leaves(expander.tree, StopReason.BUDGET)
+    average_values(expander.tree.root)
 
 
-async def continue_alone(x: Expander, node: Node, p: SampleParams) -> None:
+async def continue_alone(expander: Expander, node: Node, params: SampleParams) -> None:
     while not node.terminal:
-        children = await x.expand(node, 1, temperature=p.temperature)
+        children = await expander.expand(node, 1, temperature=params.temperature)
         if not children:
             if not node.terminal:
                 node.close(StopReason.ERROR)

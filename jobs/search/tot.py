@@ -23,17 +23,18 @@ class ToTParams(SearchParams):
     beam: int | None = Field(None, ge=1, description="open nodes kept per level (None: all)")
 
 
-async def run(x: Expander, p: ToTParams) -> None:
-    rng = random.Random(x.seed_for(x.tree.root, "tot"))
-    frontier = [x.tree.root]
-    while frontier and not x.over_budget():
-        await asyncio.gather(*(x.expand(node, p.branching, temperature=p.temperature) for node in frontier))
+async def run(expander: Expander, params: ToTParams) -> None:
+    rng = random.Random(expander.seed_for(expander.tree.root, "tot"))
+    frontier = [expander.tree.root]
+    while frontier and not expander.over_budget():
+        await asyncio.gather(*(expander.expand(node, params.branching, temperature=params.temperature)
+                               for node in frontier))
         frontier = [c for node in frontier for c in node.children if not c.terminal]
-        if p.beam is not None and len(frontier) > p.beam:
-            kept = set(rng.sample(range(len(frontier)), p.beam))
+        if params.beam is not None and len(frontier) > params.beam:
+            kept = set(rng.sample(range(len(frontier)), params.beam))
             for i, node in enumerate(frontier):
                 if i not in kept:
                     node.close(StopReason.BUDGET)
             frontier = [node for i, node in enumerate(frontier) if i in kept]
-    close_open_leaves(x.tree, StopReason.BUDGET)
-    average_values(x.tree.root)
+    close_open_leaves(expander.tree, StopReason.BUDGET)
+    average_values(expander.tree.root)

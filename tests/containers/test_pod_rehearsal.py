@@ -14,12 +14,14 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 
-from thicket.k8s.rehearsal import S3_ACCESS, Images
+from thicket.k8s.podman import S3_ACCESS
+from thicket.k8s.rehearsal import Images
 from thicket.shards.storage import committed_tasks, read_shard
 from thicket.storage import open_store
 from thicket.tiny_model import build_tiny_model, vllm_python
@@ -75,25 +77,34 @@ def rehearse(spec: Path, workdir: Path, *args: str, timeout: float = 1500) -> su
 
 
 def test_the_rendered_pods_commit_trees_and_write_datasets(images, tiny_model, tmp_path):
-    spec = spec_file(tmp_path, "pod-rehearsal", str(tiny_model))
+    # A fresh name: the local S3 container outlives a run, and a sweep it holds would be skipped.
+    name = f"pod-rehearsal-{uuid.uuid4().hex[:6]}"
+    spec = spec_file(tmp_path, name, str(tiny_model))
     done = rehearse(spec, tmp_path / "work", "--pull", str(tmp_path / "pulled"))
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
-    assert "pod pod-rehearsal-0 succeeded" in done.stdout and "pod pod-rehearsal-aggregate succeeded" in done.stdout
+    assert f"pod {name}-0 succeeded" in done.stdout and f"pod {name}-aggregate succeeded" in done.stdout
 
     # The containers ran as rendered: non-root, read-only root filesystem, the vLLM flags of the Job.
-    played = yaml.safe_load_all((tmp_path / "work" / "logs" / "pod-rehearsal-0.yaml").read_text())
+    # The vllm-cpu image, like upstream's, has no user for uid 1000: the pod's env is what lets it run.
+    played = yaml.safe_load_all((tmp_path / "work" / "logs" / f"{name}-0.yaml").read_text())
     pod = next(o for o in played if o and o["kind"] == "Pod")
     by_name = {c["name"]: c for c in pod["spec"]["containers"]}
     assert list(by_name) == ["env-textcraft", "vllm", "worker"]
     assert pod["spec"]["securityContext"]["runAsUser"] == 1000
-    assert by_name["worker"]["securityContext"]["readOnlyRootFilesystem"] is True
+    assert all(c["securityContext"]["readOnlyRootFilesystem"] is True for c in by_name.values())
     assert "--enable-prompt-tokens-details" in by_name["vllm"]["args"]
+    passwd = subprocess.run(["podman", "run", "--rm", images.vllm_cpu, "getent", "passwd", "1000"],
+                            capture_output=True, text=True, timeout=120)
+    assert passwd.returncode != 0 and not passwd.stdout, passwd.stdout
+
+    # Nothing but the worker's metrics port answered from outside the pod, while the servers ran.
+    assert f"pod {name}-0 from outside: 8000 closed, 8100 closed, 9090 open" in done.stdout
 
     # Both tasks committed once, on the local S3, with the model's token accounting.
     endpoint = next(line.split()[2] for line in done.stdout.splitlines() if line.startswith("local S3 "))
     os.environ.update({**S3_ACCESS, "AWS_ENDPOINT_URL": endpoint})
     try:
-        store = open_store("s3://thicket/sweeps/pod-rehearsal")
+        store = open_store(f"s3://thicket/sweeps/{name}")
         markers = committed_tasks(store)
         assert sorted(markers) == [0, 1]
         rows = [read_shard(store, m) for m in markers.values()]
@@ -108,12 +119,14 @@ def test_the_rendered_pods_commit_trees_and_write_datasets(images, tiny_model, t
 
 
 def test_a_vllm_that_never_becomes_ready_ends_the_pod_with_its_reason(images, tmp_path):
-    spec = spec_file(tmp_path, "pod-no-model", "no-such-org/no-such-model", wait_ready_timeout_s=60)
+    # The worker's deadline comes from vLLM's start-up window: no sidecar startup probe holds it back.
+    spec = spec_file(tmp_path, "pod-no-model", "no-such-org/no-such-model",
+                     probes={"vllm_startup_s": 60, "env_startup_s": 30})
     started = time.monotonic()
     done = rehearse(spec, tmp_path / "work", timeout=600)
     elapsed = time.monotonic() - started
-    assert done.returncode == 3, f"{done.stdout}\n{done.stderr}"  # a server not reachable
+    assert done.returncode == 3, f"{done.stdout}\n{done.stderr}"  # a server not reachable: retried per index
     line = next(line for line in done.stdout.splitlines() if line.startswith("pod pod-no-model-0"))
-    assert "failed" in line and "; vllm exited 1: " in line, line  # the sidecar's own exit, with its last words
-    assert "Error: " in line, line  # the exception that ended vLLM, not the traceback's last line
+    assert "failed" in line and "worker exit 3 (" in line and "did not answer within 60 s" in line, line
+    assert "; vllm exited 1: " in line and "Error: " in line, line  # why vLLM ended, its exception's line
     assert elapsed < 300, elapsed

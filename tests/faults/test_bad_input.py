@@ -28,7 +28,7 @@ from string import Template
 
 import pytest
 
-from tests.http_stub import QuietHandler, serving
+from tests.support.http_stub import QuietHandler, serving
 from thicket import cli
 
 THICKET = str(Path(sys.executable).parent / "thicket")

@@ -7,7 +7,7 @@ import time
 
 import pyarrow.compute as pc
 
-from tests.faults.harness import (
+from tests.support.harness import (
     NAME,
     assert_each_task_committed_once,
     sweep_spec,

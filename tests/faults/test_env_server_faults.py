@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from tests.faults.harness import (
+from tests.support.harness import (
     NAME,
     THICKET,
     assert_each_task_committed_once,
@@ -29,7 +29,7 @@ from tests.faults.harness import (
     undisturbed,
     wait_until,
 )
-from tests.s3_server import free_port
+from tests.support.s3_server import free_port
 from thicket.storage import open_store
 
 TASKS = list(range(6))

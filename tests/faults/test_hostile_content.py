@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import httpx
 import pyarrow.compute as pc
 import pytest
 
-from tests.faults.harness import NAME, ROOT, assert_each_task_committed_once, sweep_spec, thicket, trees, wait_until
-from tests.faults.hostile import INVALID_UTF8, HostileModel
-from tests.s3_server import free_port
+from tests.support.harness import NAME, ROOT, assert_each_task_committed_once, sweep_spec, thicket, trees, wait_until
+from tests.support.hostile import INVALID_UTF8, HostileModel
+from tests.support.s3_server import free_port
 from thicket.search.guard import ContentGuard, Fault
 
 TASKS = list(range(4))
@@ -46,7 +45,7 @@ def test_hostile_model_replies_become_stored_leaves_and_a_named_fault(tmp_path):
 @pytest.fixture
 def hostile_env_server() -> str:
     port = free_port()
-    process = subprocess.Popen([sys.executable, str(Path(__file__).with_name("hostile.py")), str(port)],
+    process = subprocess.Popen([sys.executable, str(ROOT / "tests" / "support" / "hostile.py"), str(port)],
                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.faults.harness import (
+from tests.support.harness import (
     NAME,
     assert_each_task_committed_once,
     dataset_fingerprint,
@@ -27,7 +27,7 @@ from tests.faults.harness import (
     undisturbed,
     wait_until,
 )
-from tests.s3_server import Fault, use_endpoint
+from tests.support.s3_server import Fault, use_endpoint
 from thicket.shards.storage import committed_task_ids, iter_shards
 from thicket.storage import open_store
 from thicket.storage.store import Store

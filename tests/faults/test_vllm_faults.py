@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.faults.harness import (
+from tests.support.harness import (
     NAME,
     TcpRelay,
     assert_each_task_committed_once,

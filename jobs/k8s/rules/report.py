@@ -56,7 +56,8 @@ ENUMS = {
 
 
 # Names whose length must leave room: Indexed Job pods get the hostname <job>-<index>.
-NAMESPACED_KINDS = ("ConfigMap", "Secret", "ServiceAccount", "Role", "RoleBinding", "Job", "Pod", "PersistentVolumeClaim")
+NAMESPACED_KINDS = ("ConfigMap", "Secret", "ServiceAccount", "Role", "RoleBinding", "Job", "Pod",
+                    "PersistentVolumeClaim", "NetworkPolicy", "PodMonitor")
 
 
 class _Report:
