@@ -1,4 +1,4 @@
-"""The controls of docs/security.md, each proved here (the sandbox's are in envs/test_sandbox.py).
+"""The controls of docs/security.md, each proved here (the sandbox's are in envs/math/test_sandbox.py).
 
 - credentials: only env var NAMES in specs, secretKeyRef in manifests, no secret value in any
   manifest, ConfigMap, log line, shard or dataset;

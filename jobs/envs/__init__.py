@@ -20,7 +20,7 @@ BUILTINS: dict[str, tuple[str, str]] = {
     "babyai": ("babyai", "envs"),
     "cliffwalking": ("toytext", "envs"),
     "frozenlake": ("toytext", "envs"),
-    "math": ("math_code", "envs"),
+    "math": ("math.env", "envs"),
     "sciworld": ("sciworld", "sciworld"),
     "taxi": ("toytext", "envs"),
     "textarena": ("textarena_games", "envs"),

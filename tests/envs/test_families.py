@@ -9,7 +9,7 @@ import sys
 
 from tests.support.env_steps import rollout
 from thicket.envs.babyai import BabyAIEnv
-from thicket.envs.math_code import MathCodeEnv
+from thicket.envs.math.env import MathCodeEnv
 
 
 _DIGEST_SCRIPT = """

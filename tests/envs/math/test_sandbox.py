@@ -1,4 +1,4 @@
-"""The math env's sandbox (thicket.envs.sandbox): no network, no writes outside its folder, no
+"""The math env's sandbox (thicket.envs.math.sandbox): no network, no writes outside its folder, no
 new processes, and limits on CPU time, wall-clock time, memory and output."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from thicket.envs.sandbox import Limits, probe, run_cells
+from thicket.envs.math.sandbox import Limits, probe, run_cells
 
 
 @pytest.fixture(scope="module")

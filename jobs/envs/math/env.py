@@ -1,11 +1,11 @@
 """Math word problems solved by writing and running Python (CodeAct, as in DensePolicy).
 
 Task index `i` is problem `i % N` of the generated set shipped with the package
-(data/math_problems.jsonl, made by thicket.envs.math_problems; N = 360 by default;
+(problems.jsonl, made by thicket.envs.math.problems; N = 360 by default;
 `problems_file` points elsewhere: JSON lines with "question" and "answer").
 
 Actions (free text, valid_actions None):
-  execute: <python code>   runs the code in a sandbox (thicket.envs.sandbox: CPU time,
+  execute: <python code>   runs the code in a sandbox (thicket.envs.math.sandbox: CPU time,
                            memory, file size and process limits, no network, writes only
                            in a fresh temporary folder); the observation is what it printed
                            (stdout and stderr interleaved, truncated), a traceback if it
@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from thicket.envs import register
-from thicket.envs.math_problems import DATA_FILE
+from thicket.envs.math.problems import DATA_FILE
 from thicket.envs.protocol import Observation, SyncEnv, Transition
-from thicket.envs.sandbox import Limits, RunResult, run_cells
+from thicket.envs.math.sandbox import Limits, RunResult, run_cells
 
 INSTRUCTIONS = """\
 Solve the math problem. You may run Python to compute: your variables persist from one

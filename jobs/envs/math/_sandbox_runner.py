@@ -1,4 +1,4 @@
-"""The sandboxed interpreter's trusted prelude (see thicket.envs.sandbox).
+"""The sandboxed interpreter's trusted prelude (see thicket.envs.math.sandbox).
 
 Run as `python -I -B _sandbox_runner.py` with the job as JSON on stdin. It locks the
 process down (namespaces, uid, rlimits, Landlock, an audit hook), replays the history

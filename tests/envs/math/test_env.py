@@ -7,8 +7,8 @@ import pytest
 
 from tests.support.env_steps import rollout
 from thicket.envs import make_env
-from thicket.envs.math_code import MathCodeEnv, load_problems, parse_answer
-from thicket.envs.math_problems import DATA_FILE, generate, render
+from thicket.envs.math.env import MathCodeEnv, load_problems, parse_answer
+from thicket.envs.math.problems import DATA_FILE, generate, render
 
 
 def test_math_problems_file_matches_its_generator() -> None:

@@ -1,11 +1,11 @@
-"""Generator of the math word problems the `math` env ships (jobs/envs/data/math_problems.jsonl).
+"""Generator of the math word problems the `math` env ships (jobs/envs/math/problems.jsonl).
 
 Arithmetic, algebra, number theory, combinatorics and probability problems from
 templates, with exact answers (integers or reduced fractions) computed here with
 `fractions.Fraction`. Deterministic: problem i of seed s draws from random.Random(s, i).
 
-    .venv/bin/python -m thicket.envs.math_problems            # rewrite the shipped file
-    .venv/bin/python -m thicket.envs.math_problems --check    # exit 1 if it is stale
+    .venv/bin/python -m thicket.envs.math.problems            # rewrite the shipped file
+    .venv/bin/python -m thicket.envs.math.problems --check    # exit 1 if it is stale
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from fractions import Fraction
 from itertools import combinations
 from pathlib import Path
 
-DATA_FILE = Path(__file__).with_name("data") / "math_problems.jsonl"
+DATA_FILE = Path(__file__).with_name("problems.jsonl")
 DEFAULT_COUNT = 360
 DEFAULT_SEED = 2024
 
