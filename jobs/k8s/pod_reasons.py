@@ -10,12 +10,12 @@ from enum import StrEnum
 from typing import Any
 
 from thicket.errors import ExitCode
+from thicket.k8s.names import WORKER
 
 Obj = dict[str, Any]
 
 
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
-WORKER = "worker"
 DETAIL_LIMIT = 300
 
 
