@@ -112,7 +112,8 @@ def worker(spec: str, index: int | None, output: str | None, wait_for: tuple[str
            metrics_port: int) -> None:
     """Run one pod's share of SPEC: the task range of one Job completion index."""
     from thicket.metrics import metrics_served
-    from thicket.rollout.sweep import raise_for_failures, run_tasks
+    from thicket.rollout.sweep import checked_store, raise_for_failures, run_tasks
+    from thicket.shards.storage import committed_task_ids
 
     s = _spec_with_overrides(spec, output, None)
     if index is None:
@@ -124,35 +125,23 @@ def worker(spec: str, index: int | None, output: str | None, wait_for: tuple[str
     if not 0 <= index < len(ranges):
         raise BadInput(f"--index: {index} is outside 0-{len(ranges) - 1} for this spec")
     tasks = list(ranges[index])
-    if _all_committed(s, tasks):  # a resumed sweep: this index is done, no server needed
-        click.echo(f"index {index}: all {len(tasks)} tasks already committed in {s.sweep_uri}")
-        return
-    # Served from the start, so a pod waiting for its servers is up to Prometheus (it scrapes the pod IP).
-    with metrics_served(metrics_port, "0.0.0.0"):
-        if wait_for:
-            from thicket.readiness import wait_ready
+    try:
+        store = checked_store(s)  # before waiting for the servers: a wrong bucket or key fails at once
+        if set(tasks) <= committed_task_ids(store):  # a resumed sweep: this index is done, no server needed
+            click.echo(f"index {index}: all {len(tasks)} tasks already committed in {s.sweep_uri}")
+            return
+        # Served from the start, so a pod waiting for its servers is up to Prometheus (it scrapes the pod IP).
+        with metrics_served(metrics_port, "0.0.0.0"):
+            if wait_for:
+                from thicket.readiness import wait_ready
 
-            wait_ready(wait_for, wait_ready_timeout)
-        try:
-            summary = asyncio.run(run_tasks(s, tasks, progress=False))
-        except NothingAnswers as err:  # in a pod: DNS or a server not up yet, not a spec mistake
-            raise err.unavailable() from None
+                wait_ready(wait_for, wait_ready_timeout)
+            summary = asyncio.run(run_tasks(s, tasks, progress=False, store=store))
+    except NothingAnswers as err:  # in a pod: DNS or a server not up yet, not a spec mistake
+        raise err.unavailable() from None
     for line in summary.lines():
         click.echo(line)
     raise_for_failures(summary)
-
-
-def _all_committed(spec: SweepSpec, tasks: list[int]) -> bool:
-    """Every task committed already (one listing); False when the store cannot say yet."""
-    from thicket.shards.storage import committed_task_ids
-    from thicket.storage import open_store
-
-    try:
-        store = open_store(spec.sweep_uri, spec.storage.settings())
-        store.check()  # fails fast where nothing answers
-        return set(tasks) <= committed_task_ids(store)
-    except ThicketError:
-        return False  # run_tasks checks the store again and says what is wrong
 
 
 @cli.command()

@@ -11,6 +11,7 @@ from typing import Any
 from thicket.errors import BadInput, Unavailable
 from thicket.k8s.client import Conflict, Forbidden, Kube, NotFound
 from thicket.k8s.names import SWEEP_LABEL, TEMPLATE_HASH, serves_vllm
+from thicket.k8s.status import finished
 from thicket.spec import SweepSpec
 
 Obj = dict[str, Any]
@@ -148,11 +149,6 @@ def apply_object(kube: Kube, obj: Obj, replace: bool = False) -> str:
     body["metadata"]["resourceVersion"] = live["metadata"].get("resourceVersion")
     kube.replace(body)
     return "updated"
-
-
-def finished(job: Obj) -> bool:
-    conditions = (job.get("status") or {}).get("conditions") or []
-    return any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conditions)
 
 
 def _finished_jobs(kube: Kube, objects: list[Obj]) -> list[Obj]:

@@ -16,6 +16,7 @@ from thicket.rollout.served_policy import serve_policy
 from thicket.rollout.worker import TaskStatus, Worker, WorkerReport
 from thicket.spec import SweepSpec
 from thicket.storage import open_store
+from thicket.storage.store import Store
 from thicket.vllm_server import prefix_cache_counters
 
 
@@ -50,9 +51,16 @@ class RunSummary:
         return out
 
 
-async def run_tasks(spec: SweepSpec, tasks: list[int], progress: bool = True) -> RunSummary:
+def checked_store(spec: SweepSpec) -> Store:
+    """The sweep's store, its bucket and credentials checked (before any model or LLM work)."""
     store = open_store(spec.sweep_uri, spec.storage.settings())
-    store.check()  # bucket and credentials, before any model or LLM work
+    store.check()
+    return store
+
+
+async def run_tasks(spec: SweepSpec, tasks: list[int], progress: bool = True, store: Store | None = None) -> RunSummary:
+    """Grow and commit `tasks`; `store`: the sweep's store, already checked (default: open and check it)."""
+    store = store or checked_store(spec)
     store.put("spec.yaml", yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False).encode(), if_absent=True)
     async with open_envs(spec.tasks) as new_env, serve_policy(spec.policy) as served:
         before = await cache_counters(served.base_url)

@@ -25,6 +25,15 @@ from thicket.k8s.values import (
 Obj = dict[str, Any]
 
 
+def _unique_label(report: _Report, path: str, name: str, seen: set[str], duplicate: str) -> None:
+    """`name` is a DNS-1123 label not in `seen` (which it joins)."""
+    if len(name) > 63 or not DNS_LABEL.match(name):
+        report.add(path, f"{name!r} must be a DNS-1123 label")
+    if name in seen:
+        report.add(path, duplicate)
+    seen.add(name)
+
+
 def _pod_spec(report: _Report, path: str, pod: Obj, owner: str | None) -> None:
     report.enum(f"{path}.restartPolicy", pod.get("restartPolicy"), "restartPolicy")
     containers = pod.get("containers") or []
@@ -35,11 +44,7 @@ def _pod_spec(report: _Report, path: str, pod: Obj, owner: str | None) -> None:
     volume_names: set[str] = set()
     for i, volume in enumerate(volumes):
         vname = volume.get("name", "")
-        if len(vname) > 63 or not DNS_LABEL.match(vname):
-            report.add(f"{path}.volumes[{i}].name", f"{vname!r} must be a DNS-1123 label")
-        if vname in volume_names:
-            report.add(f"{path}.volumes[{i}].name", f"duplicate volume {vname!r}")
-        volume_names.add(vname)
+        _unique_label(report, f"{path}.volumes[{i}].name", vname, volume_names, f"duplicate volume {vname!r}")
         sources = [k for k in volume if k in VOLUME_SOURCES]
         if len(sources) != 1:
             report.add(f"{path}.volumes[{i}]", f"exactly one volume source is required, got {sources}")
@@ -61,11 +66,8 @@ def _pod_spec(report: _Report, path: str, pod: Obj, owner: str | None) -> None:
         for i, container in enumerate(items):
             cpath = f"{path}.{group}[{i}]"
             cname = container.get("name", "")
-            if len(cname) > 63 or not DNS_LABEL.match(cname):
-                report.add(f"{cpath}.name", f"{cname!r} must be a DNS-1123 label")
-            if cname in all_names:
-                report.add(f"{cpath}.name", f"duplicate container name {cname!r} (names are unique across containers and initContainers)")
-            all_names.add(cname)
+            _unique_label(report, f"{cpath}.name", cname, all_names,
+                          f"duplicate container name {cname!r} (names are unique across containers and initContainers)")
             _container(report, cpath, container, group == "initContainers", volume_names, port_names, port_numbers)
     for i, secret in enumerate(pod.get("imagePullSecrets") or []):
         if not secret.get("name"):
