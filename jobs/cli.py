@@ -46,9 +46,14 @@ metrics_port_option = click.option("--metrics-port", type=click.IntRange(0, 6553
 
 @cli.command()
 @click.argument("spec", type=click.Path(dir_okay=False))
-def validate(spec: str) -> None:
+@click.option("--policy", type=click.Choice(["uniform"]), help="Check SPEC as `thicket run --policy uniform` would run it.")
+def validate(spec: str, policy: str | None) -> None:
     """Check SPEC and print the plan (tasks, pods, search)."""
-    s = load_spec(spec)
+    from thicket.rollout.probe import check_policy_fits_env
+
+    s = _spec_with_overrides(spec, None, policy)
+    if note := check_policy_fits_env(s):  # the env is asked: a uniform policy needs listed actions
+        click.echo(note, err=True)
     ranges = s.tasks.index_ranges()
     click.echo(f"{spec}: ok")
     click.echo(f"sweep   {s.name} -> {s.sweep_uri}")
@@ -186,7 +191,8 @@ def pull(sweep_uri: str, dest: str, progress: bool) -> None:
     """Copy a sweep's committed shards (checksums verified) and datasets/ to DEST; resumable."""
     from thicket.pull import pull_sweep
 
-    click.echo(pull_sweep(sweep_uri, Path(dest), progress=progress).line())
+    for line in pull_sweep(sweep_uri, Path(dest), progress=progress).lines():
+        click.echo(line)
 
 
 @cli.command()
@@ -228,8 +234,16 @@ def aggregate(
 @click.option("--python", help="Interpreter with torch and transformers (default: THICKET_VLLM_PYTHON or .venv-vllm).")
 @click.option("--size", type=click.Choice(list(SIZES)), default="tiny", show_default=True,
               help="tiny (~0.16M parameters: tests, demos) or small (~15M: CPU benchmarks where the model should compute).")
-def make_model(out_dir: str, python: str | None, size: str) -> None:
-    """Build a random demo model (random weights: UNTRAINED, for plumbing only)."""
+@click.option("--demo", is_flag=True, help="Copy the trained demo policy that comes with thicket (a toy, see its README).")
+@click.option("--train", "train_env", metavar="ENV", help="Train a demo policy on ENV's scripted play (minutes on a CPU).")
+@click.option("--seed", type=int, default=0, show_default=True, help="With --train: the seed of the experts and the training.")
+def make_model(out_dir: str, python: str | None, size: str, demo: bool, train_env: str | None, seed: int) -> None:
+    """Build a demo model: random (UNTRAINED, for plumbing), or the trained demo policy (--demo, --train)."""
+    from thicket.training.demo_model import make_demo_model
+
+    if demo or train_env:
+        click.echo(make_demo_model(out_dir, train_env, seed, python))
+        return
     build_tiny_model(out_dir, python=python, size=size)
     click.echo(f"built an untrained {size} model in {out_dir}")
 
@@ -251,7 +265,8 @@ for _command in _CLUSTER_COMMANDS:
 @click.option("--max-snapshots", type=click.IntRange(1), default=4096, show_default=True,
               help="Snapshots kept per instance (least recently used evicted).")
 @click.option("--refuse-after-done", multiple=True, metavar="ENV",
-              help="Answer 409 to /step after the episode is over for ENV (default: as AgentGym does).")
+              help="Answer 409 to /step after the episode is over for ENV (default: sciworld, alfworld, babyai, "
+                   "whose AgentGym servers refuse it; others answer 'The episode is over.': docs/env-server.md).")
 @click.option("--parent-pid", type=int, hidden=True, help="Shut down when this process is gone.")
 def serve_env(envs: tuple[str, ...], port: int, host: str, max_instances: int, idle_timeout: float,
               max_action_chars: int, max_snapshots: int, refuse_after_done: tuple[str, ...],

@@ -9,6 +9,7 @@ name and is renamed into place, so an interrupted pull just resumes.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -32,6 +33,7 @@ from thicket.storage.store import LocalStore, Store, StoreError
 
 DATASETS = "datasets/"
 SPEC = "spec.yaml"
+SUCCESS = "_SUCCESS.json"
 PARALLEL = 8
 
 
@@ -53,12 +55,22 @@ class PullReport:
     bytes: int = 0
     shards: int = 0  # verified, whether copied or already present
     corrupt: list[str] = field(default_factory=list)
+    datasets: dict[str, int] | None = None  # rows per dataset, from datasets/_SUCCESS.json
 
     def line(self) -> str:
         return (
             f"pulled {self.copied} objects ({self.bytes / 1e6:.1f} MB), {self.skipped} already present; "
             f"{self.shards} committed shards verified -> {self.dest}"
         )
+
+    def lines(self) -> list[str]:
+        """The summary, then the datasets pulled (their rows) and which are empty (no files to load)."""
+        if self.datasets is None:
+            return [self.line()]
+        full = [f"{name} {rows}" for name, rows in self.datasets.items() if rows]
+        none = [name for name, rows in self.datasets.items() if not rows]
+        out = [self.line(), f"datasets {self.dest / DATASETS} (rows): {', '.join(full) or 'none'}"]
+        return out + ([f"empty (no rows, no files): {', '.join(none)}"] if none else [])
 
 
 def pull_sweep(uri: str, dest: Path, progress: bool = True) -> PullReport:
@@ -74,12 +86,22 @@ def pull_sweep(uri: str, dest: Path, progress: bool = True) -> PullReport:
             for outcome in pool.map(lambda item: copy_item(src, dst, item), items):
                 tally(report, *outcome)
                 advance(outcome[0].size)
+    report.datasets = pulled_datasets(dst)
     if report.corrupt:
         raise StoreError(
             f"{len(report.corrupt)} shard(s) failed verification and were not written "
             f"(first: {report.corrupt[0]}); the rest was pulled"
         )
     return report
+
+
+def pulled_datasets(dst: LocalStore) -> dict[str, int] | None:
+    """Rows per dataset as the pulled datasets/_SUCCESS.json lists them (None: no datasets there)."""
+    key = DATASETS + SUCCESS
+    if not dst.exists(key):
+        return None
+    listed = json.loads(dst.get(key)).get("datasets")
+    return {str(name): int(rows) for name, rows in listed.items()} if isinstance(listed, dict) else None
 
 
 def plan(src: Store, pool: ThreadPoolExecutor) -> list[Item]:

@@ -33,9 +33,9 @@ def test_demo_with_uniform_policy_runs_fast_writes_readable_shards_and_resumes(t
     assert "tasks        6 (6 grown" in first.stdout
     sweep = tmp_path / "demo-textcraft-mcts"
     shards = sorted((sweep / "trees" / "data").glob("*.parquet"))
-    assert len(shards) == 1 and shards[0].name.startswith("batch-00000000-00000005.")  # six trees to a file
+    assert len(shards) == 1 and shards[0].name.startswith("batch-00000200-00000205.")  # six trees to a file
     trees = list(iter_shards(LocalStore(sweep)))
-    assert [ref.task for ref, _ in trees] == list(range(6))
+    assert [ref.task for ref, _ in trees] == list(range(200, 206))
     for _, table in trees:
         assert table.num_rows > 1 and table.column("node").to_pylist() == list(range(table.num_rows))
     assert (sweep / "spec.yaml").is_file()
@@ -45,17 +45,17 @@ def test_demo_with_uniform_policy_runs_fast_writes_readable_shards_and_resumes(t
 
 
 def test_indices_run_a_subset_and_a_full_rerun_completes_the_rest(tmp_path):
-    part = thicket("run", "sweeps/demo.yaml", "--policy", "uniform", "--output", str(tmp_path), "--indices", "1-2,4")
+    part = thicket("run", "sweeps/demo.yaml", "--policy", "uniform", "--output", str(tmp_path), "--indices", "201-202,204")
     assert part.returncode == 0 and "tasks        3 (3 grown" in part.stdout
     commits = sorted(p.name for p in (tmp_path / "demo-textcraft-mcts" / "trees" / "commits").iterdir())
-    assert commits == ["task-00000001.json", "task-00000002.json", "task-00000004.json"]
+    assert commits == ["task-00000201.json", "task-00000202.json", "task-00000204.json"]
     rest = thicket("run", "sweeps/demo.yaml", "--policy", "uniform", "--output", str(tmp_path))
     assert "(3 grown, 3 already committed" in rest.stdout
 
 
 def test_worker_runs_the_range_of_its_completion_index(tmp_path):
     missing_model = tmp_path / "no-model.yaml"
-    missing_model.write_text((ROOT / "sweeps/demo.yaml").read_text().replace("models/tiny", str(tmp_path / "nope")))
+    missing_model.write_text((ROOT / "sweeps/demo.yaml").read_text().replace("models/demo", str(tmp_path / "nope")))
     result = thicket("worker", str(missing_model), "--output", str(tmp_path), env={"JOB_COMPLETION_INDEX": "1"})
     assert result.returncode == 2 and "policy.model" in result.stderr  # no model folder there
     spec = tmp_path / "uniform.yaml"
@@ -63,7 +63,7 @@ def test_worker_runs_the_range_of_its_completion_index(tmp_path):
     result = thicket("worker", str(spec), "--output", str(tmp_path), env={"JOB_COMPLETION_INDEX": "1"})
     assert result.returncode == 0, result.stderr
     commits = sorted(p.name for p in (tmp_path / "demo-textcraft-mcts" / "trees" / "commits").iterdir())
-    assert commits == ["task-00000003.json", "task-00000004.json", "task-00000005.json"]
+    assert commits == ["task-00000203.json", "task-00000204.json", "task-00000205.json"]
 
 
 def test_export_tot_json_has_the_tot_pipeline_layout(tmp_path):
@@ -72,7 +72,7 @@ def test_export_tot_json_has_the_tot_pipeline_layout(tmp_path):
     result = thicket("export", str(tmp_path / "demo-textcraft-mcts"), "--format", "tot-json", "-o", str(out))
     assert result.returncode == 0, result.stderr
     episodes = json.loads(out.read_text())
-    assert [e["episode"] for e in episodes] == list(range(6))
+    assert [e["episode"] for e in episodes] == list(range(200, 206))
     step_keys = {
         "observation", "thought_history", "actions_history", "current_thought",
         "current_thought_logp", "current_action", "current_action_logp", "cumulative_reward",
@@ -92,7 +92,7 @@ def test_export_tot_json_has_the_tot_pipeline_layout(tmp_path):
     [
         (["run", "missing.yaml"], "missing.yaml: cannot read the spec"),
         (["run", "sweeps/demo.yaml", "--indices", "5-2"], "--indices: range 5-2 is reversed"),
-        (["run", "sweeps/demo.yaml", "--indices", "0-99"], "outside the spec's tasks 0-5"),
+        (["run", "sweeps/demo.yaml", "--indices", "0-99"], "outside the spec's tasks 200-205"),
         (["run", "sweeps/demo.yaml", "--policy", "gpt"], "Invalid value for '--policy'"),
         (["run", "sweeps/demo.yaml", "--bogus"], "No such option '--bogus'"),
         (["run", "sweeps/demo.yaml", "--output", "s3://b/x"], "output: 'b' is not a valid S3 bucket name"),

@@ -81,7 +81,7 @@ def json_run(tmp_path_factory) -> tuple[Path, list[dict]]:
 def test_json_logs_are_one_object_per_line_with_the_task_fields(json_run):
     sweep, records = json_run
     rows = shard_rows(sweep)
-    assert sorted(rows) == list(range(6))
+    assert sorted(rows) == list(range(200, 206))
     for record in records:
         assert {"time", "level", "logger", "message"} <= set(record)
         datetime.fromisoformat(record["time"])
@@ -97,14 +97,14 @@ def test_json_logs_are_one_object_per_line_with_the_task_fields(json_run):
 
 
 def test_log_format_comes_from_the_environment_and_is_text_by_default(tmp_path):
-    args = ("run", "sweeps/demo.yaml", "--policy", "uniform", "--indices", "0", "--no-aggregate", "--no-progress")
+    args = ("run", "sweeps/demo.yaml", "--policy", "uniform", "--indices", "200", "--no-aggregate", "--no-progress")
     as_json = thicket(*args, "--output", str(tmp_path / "a"), env={"THICKET_LOG_FORMAT": "json"})
     assert as_json.returncode == 0, as_json.stderr
     messages = [json.loads(line)["message"] for line in as_json.stderr.splitlines()]
-    assert "task 0 started" in messages
+    assert "task 200 started" in messages
     as_text = thicket(*args, "--output", str(tmp_path / "b"), env={"THICKET_LOG_FORMAT": ""})
     assert as_text.returncode == 0, as_text.stderr
-    assert " INFO thicket.worker: task 0 started" in as_text.stderr
+    assert " INFO thicket.worker: task 200 started" in as_text.stderr
     assert not any(line.startswith("{") for line in as_text.stderr.splitlines())
     bad = thicket("--log-format", "xml", "validate", "sweeps/demo.yaml")
     assert bad.returncode == 2 and "--log-format" in bad.stderr
@@ -314,18 +314,18 @@ def test_show_renders_a_tree_nested_as_it_is_with_every_text_escaped(tmp_path):
 
 def test_show_a_real_tree_from_the_cli(json_run, tmp_path):
     sweep, _ = json_run
-    result = thicket("show", str(sweep), "--task", "2", cwd=tmp_path)
+    result = thicket("show", str(sweep), "--task", "202", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "wrote tree-task-2.html"
-    page = (tmp_path / "tree-task-2.html").read_text()
+    assert result.stdout.strip() == "wrote tree-task-202.html"
+    page = (tmp_path / "tree-task-202.html").read_text()
     parsed = outline(page)
-    table = read_shard(LocalStore(sweep), read_marker(LocalStore(sweep), 2))
+    table = read_shard(LocalStore(sweep), read_marker(LocalStore(sweep), 202))
     assert parsed.parent == dict(enumerate(table.column("parent").to_pylist()))
     text = "".join(parsed.text)
     assert all(action in text for action in set(table.column("action").to_pylist()))
     assert f"{table.num_rows} (" in text and "textcraft" in text and "mcts" in text
     assert not {"script", "link", "img", "iframe"} & parsed.tags  # standalone: nothing to fetch or run
-    assert thicket("show", str(sweep), "--task", "2", "-o", "-").stdout == page
+    assert thicket("show", str(sweep), "--task", "202", "-o", "-").stdout == page
     missing = thicket("show", str(sweep), "--task", "99")
     assert missing.returncode == 2
     assert missing.stderr.count("\n") == 1 and "task 99" in missing.stderr and str(sweep) in missing.stderr

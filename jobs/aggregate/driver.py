@@ -25,10 +25,12 @@ import pyarrow.compute as pc
 import yaml
 
 from thicket.aggregate.chats import Chats
-from thicket.aggregate.dpo import DPO_SCHEMA, dpo_table
+from thicket.aggregate.dpo import DPO_SCHEMA, FIRST_TURN_SCHEMA, dpo_tables
 from thicket.aggregate.forest import Forest
 from thicket.aggregate.params import DatasetsSpec, resolve
-from thicket.aggregate.report import dataset_card, report_html
+from thicket.aggregate.quality import quality_line
+from thicket.aggregate.card import dataset_card, empty
+from thicket.aggregate.report import report_html
 from thicket.aggregate.revision import REVISION_SCHEMA, revision_table
 from thicket.aggregate.sft import FASTCHAT_SCHEMA, SFT_SCHEMA, sft_tables
 from thicket.aggregate.source import BATCH_NODES, batches, decode, forests, shards_of
@@ -57,9 +59,11 @@ DATASET_SCHEMAS: dict[str, tuple[pa.Schema, Encoding]] = {
     "sft": (SFT_SCHEMA, Encoding()),
     "sft_fastchat": (FASTCHAT_SCHEMA, Encoding()),
     "dpo": (DPO_SCHEMA, Encoding()),
+    "dpo_first_turn": (FIRST_TURN_SCHEMA, Encoding()),
     "revision": (REVISION_SCHEMA, Encoding()),
     "tokens": (TOKENS_SCHEMA, Encoding(dictionary=("stop_reason", "tree_id", "group_id"))),
 }
+SCHEMAS = {name: schema for name, (schema, _) in DATASET_SCHEMAS.items()}
 
 
 @dataclass(frozen=True)
@@ -74,8 +78,9 @@ class AggregateResult:
         rate = "n/a" if s["success_rate"] is None else f"{s['success_rate']:.1%}"
         where = f"{self.sweep_uri.rstrip('/')}/{DATASETS}"
         out = [f"datasets     {where}", f"trees        {s['trees']} ({s['nodes']} nodes, {rate} solved)"]
-        out += [f"  {name:<13}{rows} rows" for name, rows in sorted(self.rows.items())]
-        return out + [f"report       {where}report.html"]
+        for name, rows in sorted(self.rows.items()):
+            out.append(f"  {name:<15}{rows} rows{'' if rows else ' (empty: no files)'}")
+        return out + [quality_line(s), f"report       {where}report.html"]
 
 
 def read_spec(store: Store) -> dict[str, Any] | None:
@@ -125,7 +130,7 @@ def build_forest(job: Job, forest: Forest) -> TreeOutput:
     tables: dict[str, pa.Table | None] = {}
     chats = Chats(forest)  # shared: message texts gathered once per forest
     tables["sft"], tables["sft_fastchat"] = sft_tables(forest, job.params.sft, chats) or (None, None)
-    tables["dpo"] = dpo_table(forest, job.params.dpo, chats)
+    tables["dpo"], tables["dpo_first_turn"] = dpo_tables(forest, job.params.dpo, chats)
     judge = None
     if job.verifier is not None:
         judge = _VERIFIERS.get(job.verifier) or _VERIFIERS.setdefault(job.verifier, Verifier(job.verifier))
@@ -209,10 +214,11 @@ def aggregate(
     summary = {**stats.to_json(rows), "source_shards_sha256": _sources_digest(shards)}
     sweep = str(spec.get("name", store.uri)) if spec else store.uri
     files = [f for name in sorted(parts) for f in parts[name]]
+    card = dataset_card(sweep, spec, rows, _paths(parts), params.model_dump(), SCHEMAS)
     files += [
         put_file(store, "stats.json", (json.dumps(summary, indent=1, sort_keys=True) + "\n").encode()),
         put_file(store, "report.html", report_html(summary, sweep).encode()),
-        put_file(store, "README.md", dataset_card(sweep, spec, rows, _paths(parts), params.model_dump()).encode()),
+        put_file(store, "README.md", card.encode()),
     ]
     _finish(store, files, rows, params)
     return AggregateResult(store.uri, rows, files, summary)
@@ -235,6 +241,7 @@ def _finish(store: Store, files: list[WrittenFile], rows: dict[str, int], params
             store.delete(key)
     manifest = {
         "datasets": {name: rows[name] for name in sorted(rows)},
+        "empty": empty(rows),  # no rows, so no files and no config in README.md
         "files": [f.to_json() for f in sorted(files, key=lambda f: f.path)],
         "params": params.model_dump(),
     }

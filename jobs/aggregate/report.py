@@ -1,4 +1,4 @@
-"""report.html (standalone, inline SVG plots) and the datasets' README card."""
+"""report.html (standalone, inline SVG plots); the datasets' README card is card.py."""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-import yaml
-
-from thicket.aggregate.forest import EVALUATED
+from thicket.aggregate.quality import quality_html
 
 W, H, PAD = 560, 220, 36
 
@@ -76,6 +74,7 @@ def report_html(stats: dict[str, Any], sweep: str) -> str:
         ("generated tokens", stats["generated_tokens"]),
         ("tokens per success", "n/a" if stats["tokens_per_success"] is None else f"{stats['tokens_per_success']:.0f}"),
         ("cached-token share", _share(cached)),
+        ("empty datasets", ", ".join(sorted(k for k, v in stats["datasets"].items() if v == 0)) or "none"),
     ]
     table = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in facts)
     return (
@@ -83,64 +82,6 @@ def report_html(stats: dict[str, Any], sweep: str) -> str:
         f"<title>thicket report: {html.escape(sweep)}</title>"
         "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto}"
         "figure{display:inline-block;margin:0.5em}th{text-align:left;padding-right:1em}</style></head><body>"
-        f"<h1>thicket report: {html.escape(sweep)}</h1><table>{table}</table>{''.join(charts)}"
+        f"<h1>thicket report: {html.escape(sweep)}</h1><table>{table}</table>{quality_html(stats)}{''.join(charts)}"
         f"<h2>stats.json</h2><pre>{html.escape(json.dumps(stats, indent=1, sort_keys=True))}</pre></body></html>\n"
     )
-
-
-DESCRIPTIONS = {
-    "sft": "The best successful root-to-leaf path per task (highest return, then fewest steps, then lowest "
-    "node id) as TRL conversational `messages`: the exact chat the policy saw plus the final assistant turn.",
-    "sft_fastchat": "The same paths in FastChat layout: `id`, `conversations` of {from: system|human|gpt, value}.",
-    "dpo": "Preference pairs in TRL format (`prompt`, `chosen`, `rejected` message lists). `kind` = trajectory: "
-    "a successful path vs a failed one of the same task (ETO-style); `kind` = step: sibling replies whose "
-    "values differ by at least beta (DensePolicy-style). The prompt is the chat up to the shared prefix.",
-    "revision": "Agent-R revision trajectories: a bad path up to its transition point (loss 0), an assistant "
-    "revision turn `Thought: ...\\nAction: wait` (loss 1), user `ok.`, then the good path from where the two "
-    "part (assistant turns loss 1). Every message carries a `loss` flag; `transition_method` says how the "
-    "cut was found.",
-    "tokens": "Token-level RL rows, one per root-to-leaf trajectory with sampled ids: `prompt_ids`, "
-    "`response_ids`, `loss_mask` (1 on sampled reply tokens), `rollout_logprobs`, `stop_reason`, `reward` "
-    "(the path's return), `group_id` (the task: a GRPO group), `trajectory_id`. Paths that the search's "
-    "budget, a timeout or an error cut short have reward 0 without an outcome: for outcome rewards keep the "
-    "rows whose `stop_reason` is one of " + ", ".join(EVALUATED) + ".",
-}
-
-
-def dataset_card(
-    sweep: str, spec: dict[str, Any] | None, rows: dict[str, int], files: dict[str, list[str]], params: dict[str, Any]
-) -> str:
-    lines = [
-        f"# Datasets of sweep `{sweep}`",
-        "",
-        "Built by `thicket aggregate` from the sweep's committed tree shards. Paths are relative to this folder.",
-        "",
-    ]
-    lines += ["| dataset | rows | files |", "| --- | ---: | ---: |"]
-    lines += [f"| `{name}` | {rows[name]} | {len(files[name])} |" for name in sorted(rows)]
-    lines += [""]
-    for name in sorted(rows):
-        lines += [f"## {name}", "", DESCRIPTIONS[name], ""]
-        if files[name]:
-            lines += [
-                "```python",
-                "import datasets",
-                f'ds = datasets.load_dataset("parquet", data_files={{"train": "{name}/*.parquet"}}, split="train")',
-                "```",
-                "",
-            ]
-        else:
-            lines += ["(empty: no rows, no files)", ""]
-    lines += ["## Parameters", "", "```yaml", yaml.safe_dump(params, sort_keys=True).rstrip(), "```", ""]
-    lines += ["## Sweep spec", ""]
-    if spec is None:
-        lines += ["(no spec.yaml in the sweep folder)", ""]
-    else:
-        summary = {k: spec[k] for k in ("name", "tasks", "search", "policy", "seed") if k in spec}
-        lines += ["```yaml", yaml.safe_dump(summary, sort_keys=False).rstrip(), "```", ""]
-    lines += [
-        "`stats.json` holds the sweep's statistics and `report.html` plots them. `_SUCCESS.json` is written last "
-        "and lists every file with its SHA-256 and row count: read only a folder that has it.",
-        "",
-    ]
-    return "\n".join(lines)

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from thicket.aggregate.forest import Forest, MalformedShard
 from thicket.errors import BadInput
-from thicket.shards.storage import ShardRef, decode_data, tree_rows
+from thicket.shards.storage import TREE_SCHEMA, ShardRef, decode_data, tree_rows
 from thicket.storage.store import Store
 
 COLUMNS = (
@@ -44,7 +44,11 @@ COLUMNS = (
     "stop_reason",
     "value",
     "visits",
+    "action",
+    "llm_calls",
+    "llm_tokens",
 )
+LATER_COLUMNS = ("llm_calls", "llm_tokens")  # absent from older shards: read as nulls
 # Read as dictionaries: the system prompt is the same long text on every row of a tree, and
 # decoding it to plain strings (then concatenating them into a forest) was most of the
 # reading time of real trees.
@@ -119,6 +123,10 @@ def decode(shards: list[Shard]) -> Forest:
 def read(ref: ShardRef, data: bytes) -> pa.Table:
     """The columns aggregation reads of a committed tree's data file (all its trees)."""
     try:
-        return decode_data(ref, data, COLUMNS, DICTIONARIES)
+        table = decode_data(ref, data, COLUMNS, DICTIONARIES)
     except (KeyError, pa.ArrowInvalid) as err:
         raise BadInput(f"shard {ref.data_key}: {err}") from None
+    for name in LATER_COLUMNS:  # a column the file lacks is left out of what pyarrow reads
+        if name not in table.column_names:
+            table = table.append_column(TREE_SCHEMA.field(name), pa.nulls(table.num_rows, pa.int32()))
+    return table

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from thicket.aggregate.forest import Forest
+from thicket.aggregate.quality import SearchQuality
 
 
 def log2_bucket(value: int) -> int:
@@ -40,6 +41,7 @@ class SweepStats:
     dpo_kinds: Counter[str] = field(default_factory=Counter)
     revision_methods: Counter[str] = field(default_factory=Counter)
     tokens_skipped: Counter[str] = field(default_factory=Counter)
+    quality: SearchQuality = field(default_factory=SearchQuality)
 
     def add(self, forest: Forest) -> None:
         t = forest.table
@@ -65,6 +67,7 @@ class SweepStats:
         self.prompt_tokens_known += int(pc.sum(pc.filter(t.column("prompt_tokens"), known)).as_py() or 0)
         self.cached_tokens += int(pc.sum(t.column("cached_tokens")).as_py() or 0)
         self.stop_reasons.update(_counts_of(t.column("stop_reason").take(pa.array(forest.leaves))))
+        self.quality.add(forest)
 
     def merge(self, other: SweepStats) -> None:
         for f in fields(self):
@@ -73,6 +76,8 @@ class SweepStats:
                 mine |= theirs
             elif isinstance(mine, Counter):
                 mine.update(theirs)
+            elif isinstance(mine, SearchQuality):
+                mine.merge(theirs)
             else:
                 setattr(self, f.name, mine + theirs)
 
@@ -101,6 +106,8 @@ class SweepStats:
             "dpo_pairs": {kind: self.dpo_kinds[kind] for kind in ("step", "trajectory")},
             "revision_methods": dict(sorted(self.revision_methods.items())),
             "tokens_skipped": {why: self.tokens_skipped[why] for why in ("no_token_ids", "not_append_only")},
+            "search_quality": self.quality.to_json(self.solved_trees, self.success_leaves, self.dpo_kinds,
+                                                   datasets.get("revision", 0)),
         }
 
 

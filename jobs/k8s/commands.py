@@ -37,9 +37,12 @@ def render(spec: str, output: str) -> None:
     """Print SPEC's Kubernetes objects: ConfigMap, RBAC, rollout and aggregation Jobs."""
     from thicket.k8s.render import render as render_objects
     from thicket.k8s.render import to_yaml, write_dir
+    from thicket.rollout.probe import check_policy_fits_env
 
     s = load_spec(spec)
     objects = render_objects(s)
+    if note := check_policy_fits_env(s):  # the env is asked: a uniform policy needs listed actions
+        click.echo(note, err=True)
     if output == "-":
         click.echo(to_yaml(objects), nl=False)
     else:
@@ -215,7 +218,8 @@ def rehearse(spec: str, index: int, workdir: str | None, timeout: float, image_v
         from thicket.pull import pull_sweep
 
         os.environ.update({**S3_ACCESS, "AWS_ENDPOINT_URL": s3.host_url})
-        click.echo(pull_sweep(uri, Path(pull_to), progress=False).line())
+        for line in pull_sweep(uri, Path(pull_to), progress=False).lines():
+            click.echo(line)
 
 
 COMMANDS: list[click.Command] = [render, submit, status, logs, cancel, wait_job, rehearse]

@@ -20,6 +20,7 @@ from thicket.k8s.names import (
     serves_vllm,
 )
 from thicket.k8s.spec import EnvSidecar, Resources
+from thicket.k8s.vllm_memory import vllm_memory
 from thicket.logs import FORMAT_VARIABLE as LOG_FORMAT_VARIABLE
 from thicket.spec import SweepSpec
 from thicket.vllm_server import COMMON_ARGS
@@ -163,11 +164,11 @@ def pod_model(spec: SweepSpec) -> str:
     c = spec.cluster
     model = c.model or spec.policy.model or ""
     field = "cluster.model" if c.model else "policy.model (cluster.model unset)"
-    cache = c.model_cache_path.rstrip("/") + "/"
+    cache = c.model_cache.path.rstrip("/") + "/"
     if model.startswith("/"):
         if not model.startswith(cache):
-            raise BadInput(f"{field}: {model!r} is outside the model cache ({c.model_cache_path}), which is all "
-                           "the pod's vLLM can see; use a hub id or a path under cluster.model_cache_path")
+            raise BadInput(f"{field}: {model!r} is outside the model cache ({c.model_cache.path}), which is all "
+                           "the pod's vLLM can see; use a hub id or a path under cluster.model_cache.path")
     elif model.startswith(("./", "../", "~")) or Path(model).is_dir():
         raise BadInput(f"{field}: {model!r} is a folder on this machine, which a pod cannot see; set cluster.model "
                        f"to a hub id, or copy the folder into the model cache and name it there "
@@ -208,14 +209,30 @@ VLLM_WRITABLE_ENV = {
 }
 
 
+def vllm_resources(spec: SweepSpec) -> Resources:
+    """resources.vllm (default: 4 CPUs), with the memory the model needs (thicket.k8s.vllm_memory)
+    as request and limit wherever it sets none."""
+    c = spec.cluster
+    if "vllm" not in c.resources.model_fields_set:
+        requests, limits = {"cpu": "4"}, {}
+    else:
+        requests, limits = dict(c.resources.vllm.requests), dict(c.resources.vllm.limits)
+    if "memory" not in requests and "memory" not in limits:
+        memory = vllm_memory(pod_model(spec), c.gpus).quantity
+        requests["memory"] = limits["memory"] = memory
+    return Resources(requests=requests, limits=limits)
+
+
 def _vllm_container(spec: SweepSpec) -> Obj:
     c = spec.cluster
     env = [
-        _env("HF_HOME", c.hf_home),
+        _env("HF_HOME", c.model_cache.hf_home),
         *(_env(name, value) for name, value in VLLM_WRITABLE_ENV.items()),
         _env("VLLM_NO_USAGE_STATS", "1"),
         _env("DO_NOT_TRACK", "1"),
     ]
+    if c.model_cache.prefetches(pod_model(spec)) and "HF_HUB_OFFLINE" not in c.env.vllm:
+        env.append(_env("HF_HUB_OFFLINE", "1"))  # the prefetch Job filled the cache: no pod asks the hub
     if c.hf_token_secret:
         env.append(_secret_env("HF_TOKEN", c.hf_token_secret, "HF_TOKEN"))
     return {
@@ -228,10 +245,10 @@ def _vllm_container(spec: SweepSpec) -> Obj:
         "env": env + _user_env(spec, "vllm"),
         # /health answers 200 once the model is loaded, with or without --api-key.
         **_probes(spec, f"http://{LOCALHOST}:{c.vllm_port}/health", c.probes.vllm_startup_s),
-        "resources": _resources(c.resources.vllm, c.gpus),
+        "resources": _resources(vllm_resources(spec), c.gpus),
         "securityContext": _security(read_only=True),
         "volumeMounts": [
-            {"name": "model-cache", "mountPath": c.model_cache_path},
+            {"name": "model-cache", "mountPath": c.model_cache.path},
             {"name": "dshm", "mountPath": "/dev/shm"},
             {"name": "tmp-vllm", "mountPath": "/tmp"},
         ],

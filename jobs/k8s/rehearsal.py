@@ -150,7 +150,7 @@ def local_spec(spec: SweepSpec, images: Images, s3: LocalS3, cache: Path) -> Swe
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(model, target)
         _chown_tree(target, spec.cluster.run_as_user)  # what fsGroup does to a PVC on a cluster
-        cluster["model"] = f"{spec.cluster.model_cache_path}/{Path(model).name}"
+        cluster["model"] = f"{spec.cluster.model_cache.path}/{Path(model).name}"
     return parse_spec(data, "rehearsal spec")
 
 

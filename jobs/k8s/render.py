@@ -2,9 +2,11 @@
 
 `render(spec)` returns, in apply order:
 
+- PersistentVolumeClaim `<model_cache.claim>` when `model_cache.size` asks thicket to create it;
 - ConfigMap `<sweep>-spec`: the validated spec as the pods see it (policy pointed at the pod's vLLM);
 - ServiceAccount, Role (get/list/watch Jobs in the namespace only) and RoleBinding for the
   aggregation Job;
+- Job `<sweep>-prefetch` (a hub model and a claim): downloads the model into the cache first;
 - Job `<sweep>`: Indexed, one completion per task range; each pod runs vLLM and the env
   server(s) as native sidecars and the worker as its one main container, so the pod completes
   when the worker exits;
@@ -50,6 +52,7 @@ from thicket.k8s.names import (
     serves_vllm,
 )
 from thicket.k8s.network import network_objects
+from thicket.k8s.prefetch import cache_claim, prefetch_job
 from thicket.k8s.spec import Resources
 from thicket.spec import SweepSpec
 
@@ -80,9 +83,8 @@ def rollout_job(spec: SweepSpec, spec_hash: str) -> Obj:
                            "policy.url), which needs a GPU: set cluster.gpus >= 1, or aim policy.url at a vLLM "
                            "served elsewhere")
         init.append(_vllm_container(spec))
-        cache = (
-            {"persistentVolumeClaim": {"claimName": c.model_cache_pvc}} if c.model_cache_pvc else {"emptyDir": {}}
-        )
+        claim = c.model_cache.claim
+        cache = {"persistentVolumeClaim": {"claimName": claim}} if claim else {"emptyDir": {}}
         volumes += [
             {"name": "model-cache", **cache},
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": c.shm_size}},
@@ -242,11 +244,11 @@ def render(spec: SweepSpec, check: bool = True) -> list[Obj]:
         },
         "data": {SPEC_KEY: text},
     }
-    objects = [config, *network_objects(spec)]
+    claim, prefetch = cache_claim(spec), prefetch_job(spec, spec_hash)
+    objects = [*([claim] if claim else []), config, *network_objects(spec)]
     aggregate = aggregate_objects(spec, spec_hash) if spec.cluster.aggregate.enabled else []
     objects += aggregate[:-1]
-    objects.append(rollout_job(spec, spec_hash))
-    objects += aggregate[-1:]
+    objects += [*([prefetch] if prefetch else []), rollout_job(spec, spec_hash), *aggregate[-1:]]
     if check:
         from thicket.k8s.rules import check_objects, policy_problems
 

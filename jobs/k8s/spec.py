@@ -6,7 +6,6 @@ value fails `thicket validate` with one line naming the field, not the API serve
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -19,6 +18,8 @@ from pydantic import (
 )
 
 from thicket import __version__
+from thicket.k8s.container_env import ContainerEnv
+from thicket.k8s.model_cache import ModelCache
 from thicket.k8s.values import (
     DNS_SUBDOMAIN,
     dns_label,
@@ -87,7 +88,8 @@ def _res(cpu: str, memory: str, memory_limit: str | None = None) -> Resources:
 
 
 class ContainerResources(ClusterModel):
-    vllm: Resources = Field(default_factory=lambda: _res("4", "32Gi"))
+    vllm: Resources = Field(default_factory=lambda: _res("4", "32Gi"),
+                            description="default: 4 CPUs and memory from the model's size (thicket.k8s.vllm_memory)")
     worker: Resources = Field(default_factory=lambda: _res("1", "2Gi", "4Gi"))
     env: Resources = Field(default_factory=lambda: _res("500m", "1Gi", "2Gi"))
     aggregate: Resources = Field(default_factory=lambda: _res("2", "8Gi"))
@@ -138,40 +140,6 @@ class Probes(ClusterModel):
     readiness_failures: int = Field(3, ge=1, le=100, description="failed probes before a container is unready")
     liveness_failures: int = Field(6, ge=1, le=100, description="failed probes, after the start-up window, "
                                    "before the kubelet restarts a server")
-
-
-# Variables thicket sets itself in its containers: cluster.env may not override them.
-RESERVED_ENV = frozenset({
-    "HOME", "USER", "LOGNAME", "PYTHONUNBUFFERED", "HF_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME",
-    "VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "NUMBA_CACHE_DIR",
-    "HF_TOKEN", "JOB_COMPLETION_INDEX", "THICKET_LOG_FORMAT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION",
-})
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def _env_vars(value: dict[str, str]) -> dict[str, str]:
-    for name in value:
-        if not ENV_NAME.match(name):
-            raise ValueError(f"{name!r} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
-        if name in RESERVED_ENV or name.startswith("THICKET_"):
-            raise ValueError(f"{name} is set by thicket; choose another variable")
-    return value
-
-
-EnvVars = Annotated[dict[str, str], AfterValidator(_env_vars)]
-
-
-class ContainerEnv(ClusterModel):
-    """Extra environment variables per container, e.g. vllm: {VLLM_CPU_KVCACHE_SPACE: "40"}."""
-
-    vllm: EnvVars = Field(default_factory=dict)
-    worker: EnvVars = Field(default_factory=dict)
-    env: EnvVars = Field(default_factory=dict, description="every env sidecar")
-    aggregate: EnvVars = Field(default_factory=dict)
-
-    def for_container(self, container: str) -> dict[str, str]:
-        return getattr(self, container)
 
 
 class EnvSidecar(ClusterModel):
@@ -264,9 +232,7 @@ class ClusterSpec(ClusterModel):
     vllm_port: int = Field(8000, ge=1024, le=65535)
     metrics_port: int = Field(9090, ge=1024, le=65535, description="the worker's Prometheus /metrics (port name metrics)")
     shm_size: str = Field("16Gi", description="size of the /dev/shm emptyDir (medium Memory)")
-    model_cache_pvc: str | None = Field("thicket-models", description="PVC holding HF_HOME; null: an emptyDir")
-    model_cache_path: str = Field("/models", description="where the model cache PVC is mounted")
-    hf_home: str = Field("/models/huggingface", description="HF_HOME inside the vLLM container")
+    model_cache: ModelCache = Field(default_factory=ModelCache, description="where the pods' vLLM finds its model")
     hf_token_secret: str | None = Field(None, description="Secret with key HF_TOKEN (gated models)")
     s3_secret: str | None = Field("thicket-s3", description="Secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (+ optional AWS_ENDPOINT_URL, AWS_DEFAULT_REGION)")
     node_selector: NodeSelector = Field(default_factory=dict)
@@ -303,7 +269,16 @@ class ClusterSpec(ClusterModel):
     def namespace_label(cls, value: str) -> str:
         return dns_label(value, "namespace")
 
-    @field_validator("model_cache_pvc", "hf_token_secret", "s3_secret", "priority_class_name", "service_account")
+    @model_validator(mode="before")
+    @classmethod
+    def moved_fields(cls, data: Any) -> Any:
+        moved = {"model_cache_pvc": "claim", "model_cache_path": "path", "hf_home": "hf_home"}
+        for old, new in moved.items():
+            if isinstance(data, dict) and old in data:
+                raise ValueError(f"{old} is now model_cache.{new}")
+        return data
+
+    @field_validator("hf_token_secret", "s3_secret", "priority_class_name", "service_account")
     @classmethod
     def object_name(cls, value: str | None) -> str | None:
         return value if value is None else dns_subdomain(value)
@@ -322,13 +297,6 @@ class ClusterSpec(ClusterModel):
     def shm_quantity(cls, value: str) -> str:
         parse_quantity(value)
         return value
-
-    @field_validator("model_cache_path", "hf_home")
-    @classmethod
-    def absolute(cls, value: str) -> str:
-        if not value.startswith("/") or ".." in value.split("/"):
-            raise ValueError(f"expected an absolute path, got {value!r}")
-        return value.rstrip("/") or "/"
 
     @field_validator("vllm_args")
     @classmethod
@@ -352,6 +320,10 @@ class ClusterSpec(ClusterModel):
             families = [e.family for e in self.envs]
             if len(set(families)) != len(families):
                 raise ValueError(f"one sidecar per env family, got {families}")
+        if self.model_cache.claim and self.model_cache.access_mode == "ReadWriteOnce" and self.parallelism > 1:
+            raise ValueError(f"model_cache.access_mode ReadWriteOnce attaches the claim to one node, but "
+                             f"parallelism {self.parallelism} pods may run on several (they would wait on a "
+                             "Multi-Attach error): use ReadWriteMany (EFS on EKS, Filestore on GKE), or claim null")
         return self
 
     def sidecars(self, tasks: Any) -> list[EnvSidecar]:

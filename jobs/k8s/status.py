@@ -168,6 +168,10 @@ def _seconds(value: float | None) -> int | None:
 def sweep_jobs(kube: Kube, namespace: str, sweep: str) -> dict[str, Obj]:
     jobs = kube.list("Job", namespace, f"{SWEEP_LABEL}={sweep}")
     found = {(j["metadata"].get("labels") or {}).get(COMPONENT_LABEL, ""): j for j in jobs}
+    if "rollout" not in found and "prefetch" in found:
+        prefetch = found["prefetch"]
+        raise BadInput(f"sweep {sweep!r} has no rollout yet: job/{prefetch['metadata']['name']} is filling the model "
+                       f"cache ({job_state(prefetch)}); `thicket submit` creates the rollout once it completes")
     if "rollout" not in found:
         raise BadInput(f"no sweep {sweep!r} in namespace {namespace!r}: submit it with `thicket submit SPEC`, or pass -n NAMESPACE")
     return found

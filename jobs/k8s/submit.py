@@ -10,8 +10,11 @@ from typing import Any
 
 from thicket.errors import BadInput, Unavailable
 from thicket.k8s.client import Conflict, Forbidden, Kube, NotFound
+from thicket.k8s.containers import pod_model
 from thicket.k8s.names import SWEEP_LABEL, TEMPLATE_HASH, serves_vllm
-from thicket.k8s.status import finished
+from thicket.k8s.owners import adopt, release
+from thicket.k8s.prefetch import is_prefetch
+from thicket.k8s.status import finished, job_state, wait_job
 from thicket.spec import SweepSpec
 
 Obj = dict[str, Any]
@@ -25,6 +28,9 @@ EXAMPLE_ANNOTATION = "thicket.dev/example"
 
 
 S3_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
+PREFETCH_POLL_S = 10.0
 
 
 # -- submit -------------------------------------------------------------------------------------
@@ -87,9 +93,11 @@ def preflight(kube: Kube, spec: SweepSpec) -> list[str]:
     if c.service_account:
         check("ServiceAccount", c.service_account, "cluster.service_account",
               "create it, annotated for your cloud's workload identity (docs/kubernetes.md)")
-    if serves_vllm(spec) and c.model_cache_pvc:
-        check("PersistentVolumeClaim", c.model_cache_pvc, "cluster.model_cache_pvc",
-              "create it (see k8s/examples/model-cache-pvc.yaml) or set cluster.model_cache_pvc: null for an emptyDir")
+    cache = c.model_cache
+    if serves_vllm(spec) and cache.claim and not cache.size:
+        check("PersistentVolumeClaim", cache.claim, "cluster.model_cache.claim",
+              "create it (see k8s/examples/model-cache-pvc.yaml), set cluster.model_cache.size for thicket to "
+              "create it, or set cluster.model_cache.claim: null for an emptyDir per pod")
     if serves_vllm(spec) and c.hf_token_secret:
         check("Secret", c.hf_token_secret, "cluster.hf_token_secret", "create it with key HF_TOKEN")
     for name in c.image_pull_secrets:
@@ -118,6 +126,8 @@ def apply_object(kube: Kube, obj: Obj, replace: bool = False) -> str:
             live = kube.get(kind, ns, name)
             if live is None:
                 raise
+    if kind == "PersistentVolumeClaim":
+        return "kept"  # the model cache outlives sweeps, and a claim's spec barely changes
     if kind == "Job":
         want_hash = meta["annotations"][TEMPLATE_HASH]
         have_hash = (live["metadata"].get("annotations") or {}).get(TEMPLATE_HASH)
@@ -157,8 +167,8 @@ def _finished_jobs(kube: Kube, objects: list[Obj]) -> list[Obj]:
     for obj in (o for o in objects if o["kind"] == "Job"):
         meta = obj["metadata"]
         live = kube.get("Job", meta["namespace"], meta["name"])
-        if live is None:
-            continue
+        if live is None or (is_prefetch(obj) and job_state(live) == "Complete"):
+            continue  # a cache filled once stays filled
         if not finished(live):
             raise BadInput(f"job/{meta['name']} is still running: --resume reruns a finished sweep "
                            f"(wait for it, or `thicket cancel {meta['name']}` first)")
@@ -168,9 +178,10 @@ def _finished_jobs(kube: Kube, objects: list[Obj]) -> list[Obj]:
 
 def submit(kube: Kube, spec: SweepSpec, objects: list[Obj], replace: bool = False, resume: bool = False,
            echo: Callable[[str], None] = print) -> dict[str, str]:
-    """Create or update the sweep's objects. `resume` recreates its finished Jobs: every index runs
-    again, and one whose tasks are all committed exits at once (the worker checks before it waits
-    for its servers), so only the failed or unfinished indexes do work."""
+    """Create or update the sweep's objects, in order, waiting for the prefetch Job (if any) before
+    the rollout's; then make the Jobs own the rest (thicket.k8s.owners). `resume` recreates its
+    finished Jobs: every index runs again, and one whose tasks are all committed exits at once (the
+    worker checks before it waits for its servers), so only the failed or unfinished indexes do work."""
     for warning in preflight(kube, spec):
         echo(f"warning: {warning}")
     rerun = _finished_jobs(kube, objects) if resume else []
@@ -188,6 +199,8 @@ def submit(kube: Kube, spec: SweepSpec, objects: list[Obj], replace: bool = Fals
             "change): rerun with --replace to delete and recreate it (committed tasks are kept and skipped), "
             "or rename the sweep"
         )
+    if stale or rerun:
+        release(kube, objects)  # or the garbage collector deletes them with the old Jobs
     for obj in stale + [o for o in rerun if o not in stale]:
         meta = obj["metadata"]
         kube.delete("Job", meta["namespace"], meta["name"], propagation="Foreground")
@@ -202,7 +215,21 @@ def submit(kube: Kube, spec: SweepSpec, objects: list[Obj], replace: bool = Fals
             action = "replaced" if key in replaced else "resumed"
         done[key] = action
         echo(f"{key} {done[key]}")
+        if is_prefetch(obj):
+            wait_prefetched(kube, spec, obj, echo)
+    adopt(kube, objects)
     return done
+
+
+def wait_prefetched(kube: Kube, spec: SweepSpec, job: Obj, echo: Callable[[str], None]) -> None:
+    """Wait for the prefetch Job: the rollout's pods start only once their model is in the cache."""
+    name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
+    timeout = spec.cluster.model_cache.prefetch_timeout_s
+    echo(f"job/{name}: downloading {pod_model(spec)} into the model cache (up to {timeout} s) before the rollout")
+    if wait_job(kube, ns, name, timeout_s=timeout, interval_s=PREFETCH_POLL_S, echo=echo) == "Failed":
+        raise Unavailable(f"job/{name} could not fill the model cache with {pod_model(spec)}: see "
+                          f"`kubectl -n {ns} logs job/{name}` (a wrong model id, a gated model without "
+                          "cluster.hf_token_secret, a full volume); the rollout was not submitted")
 
 
 def cancel(kube: Kube, namespace: str, sweep: str, echo: Callable[[str], None] = print) -> int:

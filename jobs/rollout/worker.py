@@ -193,6 +193,7 @@ class Worker:
                 max_nodes=self.spec.search.max_nodes,
                 show_valid_actions=self.spec.policy.show_valid_actions,
                 dedupe=self.spec.search.dedupe,
+                max_llm_calls=self.spec.search.max_llm_calls,
             )
             status = await self._grow_within_deadline(expander)
             if faults := guard.summary():

@@ -110,14 +110,7 @@ async def follow(expander: Expander, start: Node, label: int, params: DenseParam
 
 
 async def generate(expander: Expander, node: Node, label: int, params: DenseParams) -> Node | None:
-    replies = await expander.policy.propose(
-        expander.messages(node),
-        1,
-        valid_actions=node.observation.valid_actions,
-        seed=expander.seed_for(node, "dense", label),
-        temperature=label_temperature(label, params),
-    )
-    expander.llm_requests += 1
+    replies = await expander.propose(node, 1, temperature=label_temperature(label, params), salt=("dense", label))
     if not replies:
         node.close(StopReason.ERROR)
         return None

@@ -34,7 +34,9 @@ class Expander:
     max_nodes: int
     show_valid_actions: bool = False
     dedupe: bool = True
-    llm_requests: int = 0
+    max_llm_calls: int | None = None
+    llm_requests: int = 0  # proposes (each of n sampled replies)
+    llm_calls: int = 0  # sampled replies, each one LLM request
     _messages: dict[Node, Messages] = field(default_factory=dict)
 
     @classmethod
@@ -65,23 +67,38 @@ class Expander:
         self._messages[node] = messages
         return messages
 
+    def calls_left(self) -> int | None:
+        return None if self.max_llm_calls is None else max(self.max_llm_calls - self.llm_calls, 0)
+
     def over_budget(self) -> bool:
-        return self.tree.size >= self.max_nodes
+        return self.tree.size >= self.max_nodes or self.calls_left() == 0
+
+    async def propose(self, node: Node, n: int, *, temperature: float | None = None,
+                      salt: tuple[object, ...] = ("",)) -> list[Reply]:
+        """n replies sampled at `node` (fewer where the LLM-call budget is nearly spent), counted.
+        The calls are counted before they are made, so proposes in flight together keep to the budget."""
+        left = self.calls_left()
+        asked = n if left is None else min(n, left)
+        self.llm_calls += asked
+        replies = await self.policy.propose(
+            self.messages(node),
+            asked,
+            valid_actions=node.observation.valid_actions,
+            seed=self.seed_for(node, *salt),
+            temperature=temperature,
+        )
+        self.llm_requests += 1
+        self.llm_calls += len(replies) - asked
+        node.llm_calls += len(replies)
+        node.llm_tokens += sum(len(reply.token_ids) for reply in replies)
+        return replies
 
     async def expand(self, node: Node, n: int, *, temperature: float | None = None, salt: object = "") -> list[Node]:
         """Sample n turns at `node` and step each; returns the new children."""
         if self.over_budget():
             node.close(StopReason.BUDGET)
             return []
-        replies = await self.policy.propose(
-            self.messages(node),
-            n,
-            valid_actions=node.observation.valid_actions,
-            seed=self.seed_for(node, salt),
-            temperature=temperature,
-        )
-        self.llm_requests += 1
-        return await self.step_all(node, replies)
+        return await self.step_all(node, await self.propose(node, n, temperature=temperature, salt=(salt,)))
 
     async def step_all(self, node: Node, replies: list[Reply]) -> list[Node]:
         seen = {c.reply.text for c in node.children if c.reply is not None}

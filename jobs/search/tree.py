@@ -43,6 +43,10 @@ class Node:
     value_sum: float = 0.0
     value_mean: float | None = None  # set by searches that average (dense, tot); else sum/visits
     env_ms: float = 0.0
+    # LLM calls made from this node's prompt (one per sampled reply: its children and the
+    # duplicates the search dropped) and the tokens they generated
+    llm_calls: int = 0
+    llm_tokens: int = 0
     children: list[Node] = field(default_factory=list)
     snapshot: Any = None  # env state after this node's step, where the env can snapshot
     id: int = -1  # assigned in canonical (breadth-first) order when the tree is frozen

@@ -79,6 +79,10 @@ TREE_SCHEMA = pa.schema(
         ("visits", pa.int32()),
         ("llm_ms", pa.float32()),
         ("env_ms", pa.float32()),
+        # LLM calls made from this node's prompt (one per sampled reply: its children and the
+        # duplicates the search dropped) and the tokens they generated; null in older shards
+        ("llm_calls", pa.int32()),
+        ("llm_tokens", pa.int32()),
     ]
 )
 

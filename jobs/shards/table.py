@@ -123,6 +123,8 @@ def tree_table(tree: Tree, meta: TreeMeta) -> pa.Table:
             visits=node.visits,
             llm_ms=r.latency_s * 1000 if r else 0.0,
             env_ms=node.env_ms,
+            llm_calls=node.llm_calls,
+            llm_tokens=node.llm_tokens,
         )
     return pa.Table.from_pydict(rows, schema=TREE_SCHEMA)
 

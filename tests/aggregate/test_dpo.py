@@ -1,5 +1,6 @@
 """The DPO dataset over random trees: every pair shares its prompt and meets the gap; pairs from
-the cut grid of ranked leaves are those of the whole grid."""
+the cut grid of ranked leaves are those of the whole grid; observations are flagged out of the
+scored part, and the first-turn variant holds none."""
 
 from __future__ import annotations
 
@@ -11,11 +12,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.random_trees import Rows, random_tree, rows_of, trees
-from thicket.aggregate.dpo import dpo_table
+from thicket.aggregate.dpo import dpo_table, dpo_tables
 from thicket.aggregate.forest import Forest
 from thicket.aggregate.pairs import grid_pairs
 from thicket.aggregate.params import DPOParams
 from thicket.aggregate.view import EVALUATED, TreeView
+
+
+def plain(messages: list[dict]) -> list[dict]:
+    """Messages without their loss flags."""
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -30,8 +36,8 @@ def test_every_dpo_pair_shares_its_prompt_and_meets_the_gap(tree, beta, min_visi
         good, bad, split = ref.path(p["chosen_node"]), ref.path(p["rejected_node"]), p["prompt_node"]
         assert split in good and split in bad and good[good.index(split) + 1] != bad[bad.index(split) + 1]
         assert p["prompt"] == ref.chat(split)
-        assert p["prompt"] + p["chosen"] == ref.path_chat(p["chosen_node"])
-        assert p["prompt"] + p["rejected"] == ref.path_chat(p["rejected_node"])
+        assert p["prompt"] + plain(p["chosen"]) == ref.path_chat(p["chosen_node"])
+        assert p["prompt"] + plain(p["rejected"]) == ref.path_chat(p["rejected_node"])
         assert p["chosen"][-1]["role"] == p["rejected"][-1]["role"] == "assistant"
         chosen, rejected = ref.rows[p["chosen_node"]], ref.rows[p["rejected_node"]]
         if p["kind"] == "step":
@@ -73,3 +79,35 @@ def test_pairs_from_the_cut_grid_are_those_of_the_whole_grid(seed, gap, cap):
         expected += ok[:cap]
     chosen, rejected = grid_pairs(forest, good, bad, score, cap, gap)
     assert list(zip(chosen.tolist(), rejected.tolist())) == expected
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trees, st.sampled_from([0.0, 0.5]), st.integers(1, 4))
+def test_observations_are_flagged_out_of_dpo_pairs_and_first_turn_pairs_score_none(tree, beta, cap):
+    """A trajectory pair runs on through the env's observations: each message's loss flag is true on
+    the assistant's turns only, and `dpo_first_turn` cuts every pair to the first turn where its
+    sides part (one assistant message a side), once per pair of nodes, never two equal replies."""
+    table, _ = tree
+    ref = Rows(table)
+    full, first = dpo_tables(TreeView.of(table), DPOParams(beta=beta, max_trajectory_pairs_per_task=cap))
+    pairs, firsts = rows_of(full), rows_of(first)
+    for p in pairs:
+        for side in (p["chosen"], p["rejected"]):
+            assert [m["loss"] for m in side] == [m["role"] == "assistant" for m in side]
+            assert side[0]["loss"] and side[-1]["loss"]
+    expected: dict[tuple[int, int], dict] = {}
+    for p in pairs:
+        good, bad = ref.path(p["chosen_node"]), ref.path(p["rejected_node"])
+        at = good.index(p["prompt_node"]) + 1
+        if ref.rows[good[at]]["reply"] != ref.rows[bad[at]]["reply"]:
+            expected.setdefault((good[at], bad[at]), p)
+    assert [(f["chosen_node"], f["rejected_node"]) for f in firsts] == list(expected)
+    for f in firsts:
+        p = expected[(f["chosen_node"], f["rejected_node"])]
+        assert (f["prompt"], f["kind"], f["prompt_node"]) == (p["prompt"], p["kind"], p["prompt_node"])
+        assert f["prompt"][-1]["role"] == "user"
+        assert f["chosen"] == [{"role": "assistant", "content": ref.rows[f["chosen_node"]]["reply"]}]
+        assert f["rejected"] == [{"role": "assistant", "content": ref.rows[f["rejected_node"]]["reply"]}]
+        assert f["chosen"] == plain(p["chosen"][:1]) and f["rejected"] == plain(p["rejected"][:1])
+        assert (f["chosen_reward"], f["rejected_reward"]) == (p["chosen_reward"], p["rejected_reward"])
+    assert len({f["id"] for f in firsts}) == len(firsts)

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.random_trees import random_tree
-from thicket.aggregate.dpo import dpo_table
+from thicket.aggregate.dpo import dpo_table, dpo_tables
 from thicket.aggregate.driver import aggregate
 from thicket.aggregate.forest import Forest, MalformedShard
 from thicket.aggregate.params import DPOParams, RevisionParams, SFTParams
@@ -64,6 +64,7 @@ def test_a_forest_gives_the_rows_of_its_trees_built_one_by_one(specs, judged):
         lambda f: (sft_tables(f, SFTParams()) or (None, None))[0],
         lambda f: (sft_tables(f, SFTParams(min_reward=1.0)) or (None, None))[1],
         lambda f: dpo_table(f, dpo),
+        lambda f: dpo_tables(f, dpo)[1],
         lambda f: revision_table(f, revision, verifier),
         lambda f: token_rows(f).table,
     ):

@@ -13,11 +13,12 @@ from tests.support.fake_kube import FakeKube, serve, write_kubeconfig
 @pytest.fixture()
 def fake(tmp_path, monkeypatch):
     """A fake API server (real HTTP) with what `submit` checks first (the S3 Secret, the model-cache
-    PVC), and a kubeconfig pointing at it in KUBECONFIG (also as `fake.kubeconfig`)."""
+    PVC), whose prefetch Jobs complete at once, and a kubeconfig pointing at it in KUBECONFIG (also as `fake.kubeconfig`)."""
     fake = FakeKube()
     fake.put("secrets", {"metadata": {"name": "thicket-s3", "namespace": "thicket"},
                          "data": {"AWS_ACCESS_KEY_ID": "a2V5", "AWS_SECRET_ACCESS_KEY": "c2VjcmV0"}})
     fake.put("persistentvolumeclaims", {"metadata": {"name": "thicket-models", "namespace": "thicket"}})
+    fake.job_ends["prefetch"] = "Complete"  # the model is in the cache at once
     with serve(fake) as url:
         monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", url)))
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)

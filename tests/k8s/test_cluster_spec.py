@@ -32,7 +32,17 @@ from thicket.k8s.spec import ClusterSpec
         ({"image_pull_secrets": ["a", "a"]}, "cluster.image_pull_secrets: names must be unique"),
         ({"envs": [{"family": "textcraft", "port": 8000}]}, "cluster: ports must differ"),
         ({"envs": [{"family": "webshop"}]}, "cluster.envs.0.family: unknown env 'webshop'"),
-        ({"hf_home": "relative/path"}, "cluster.hf_home: expected an absolute path"),
+        ({"model_cache": {"hf_home": "relative/path"}}, "cluster.model_cache.hf_home: expected an absolute path"),
+        ({"hf_home": "/x"}, "cluster: hf_home is now model_cache.hf_home"),
+        ({"model_cache_pvc": "cache"}, "cluster: model_cache_pvc is now model_cache.claim"),
+        ({"model_cache": {"claim": None, "size": "10Gi"}}, "cluster.model_cache: size, storage_class and access_mode describe a claim"),
+        ({"model_cache": {"claim": None, "prefetch": True}}, "cluster.model_cache: prefetch: true needs a claim"),
+        ({"model_cache": {"storage_class": "efs-sc"}}, "cluster.model_cache: storage_class applies to a claim thicket creates"),
+        ({"model_cache": {"access_mode": "ReadOnlyMany"}}, "cluster.model_cache: access_mode ReadOnlyMany: the prefetch Job cannot write"),
+        ({"model_cache": {"access_mode": "ReadWriteOncePod"}}, "cluster.model_cache.access_mode:"),
+        ({"model_cache": {"size": "lots"}}, "cluster.model_cache.size:"),
+        ({"model_cache": {"access_mode": "ReadWriteOnce"}, "parallelism": 2},
+         "cluster: model_cache.access_mode ReadWriteOnce attaches the claim to one node, but parallelism 2"),
         ({"gpus": -1}, "cluster.gpus: Input should be greater than or equal to 0"),
         ({"parallelism": 0}, "cluster.parallelism:"),
         ({"max_failed_indexes": -1}, "cluster.max_failed_indexes:"),
@@ -58,7 +68,7 @@ def test_kustomize_base_holds_nothing_to_edit_and_the_example_overlay_the_rest()
     kinds = {(o["kind"], o["metadata"]["name"]) for o in objects}
     defaults = ClusterSpec()
     assert ("Namespace", defaults.namespace) in kinds
-    assert ("Secret", defaults.s3_secret) in kinds and ("PersistentVolumeClaim", defaults.model_cache_pvc) in kinds
+    assert ("Secret", defaults.s3_secret) in kinds and ("PersistentVolumeClaim", defaults.model_cache.claim) in kinds
     assert {"ServiceAccount", "Role", "RoleBinding"} <= {k for k, _ in kinds}
     secret = next(o for o in objects if o["kind"] == "Secret")
     assert secret["metadata"]["annotations"]["thicket.dev/example"] == "true"

@@ -77,7 +77,7 @@ def test_submit_is_idempotent_and_reports_what_it_did(fake):
     kube = connect()
     lines: list[str] = []
     first = submit(kube, spec, render(spec), echo=lines.append)
-    assert set(first.values()) == {"created"} and len(first) == 6
+    assert set(first.values()) == {"created"} and len(first) == 7  # with the prefetch Job
     assert lines[0] == "configmap/tc-spec created"
     assert set(submit(kube, spec, render(spec), echo=lines.append).values()) == {"unchanged"}
     wider = make_spec(cluster={"parallelism": 8})
@@ -124,7 +124,7 @@ def test_submit_cli_against_the_fake_cluster(fake, tmp_path, cli):
     assert code == 0, err
     assert "job/tc created" in out and "thicket status tc -n thicket" in out
     code, out, _ = cli("submit", str(spec))
-    assert code == 0 and out.count("unchanged") == 6
+    assert code == 0 and out.count("unchanged") == 7  # ConfigMap, RBAC, prefetch, rollout and aggregation Jobs
 
 
 @pytest.mark.parametrize(
@@ -136,7 +136,7 @@ def test_submit_cli_against_the_fake_cluster(fake, tmp_path, cli):
          "still holds the example placeholder values"),
         (lambda f: f.get("secrets", "thicket", "thicket-s3")["data"].pop("AWS_SECRET_ACCESS_KEY"), {}, "has no key AWS_SECRET_ACCESS_KEY"),
         (lambda f: f.objects.pop(("persistentvolumeclaims", "thicket", "thicket-models")), {},
-         "cluster.model_cache_pvc: persistentvolumeclaim 'thicket-models' not found"),
+         "cluster.model_cache.claim: persistentvolumeclaim 'thicket-models' not found"),
         (lambda f: None, {"cluster": {"image_pull_secrets": ["regcred"]}}, "cluster.image_pull_secrets: secret 'regcred' not found"),
         (lambda f: None, {"output": "out"}, "output: 'out' is a local path"),
         (lambda f: None, {"cluster": {"service_account": "s3-writer", "s3_secret": None}},
@@ -246,8 +246,9 @@ def test_cancel_deletes_the_sweeps_objects_and_its_pods(fake):
     submit(connect(), spec, render(spec), echo=lambda _: None)
     add_pod(fake, 0, "Running")
     lines: list[str] = []
-    assert cancel(connect(), "thicket", "tc", echo=lines.append) == 6
-    assert "job/tc deleted" in lines and "configmap/tc-spec deleted" in lines
+    # The three Jobs; the garbage collector takes what they own (thicket.k8s.owners).
+    assert cancel(connect(), "thicket", "tc", echo=lines.append) == 3
+    assert lines == ["job/tc deleted", "job/tc-aggregate deleted", "job/tc-prefetch deleted"]
     assert not [k for k in fake.objects if k[0] in ("jobs", "pods", "configmaps", "roles")]
     assert ("secrets", "thicket", "thicket-s3") in fake.objects  # shared objects stay
     with pytest.raises(BadInput, match="nothing to cancel"):

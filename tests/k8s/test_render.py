@@ -80,7 +80,8 @@ def test_render_cli_prints_the_golden_yaml_and_writes_one_file_per_object(tmp_pa
     files = sorted(p.name for p in (tmp_path / "m").iterdir())
     assert files == ["00-configmap-textcraft-mcts-spec.yaml", "01-serviceaccount-textcraft-mcts-aggregate.yaml",
                      "02-role-textcraft-mcts-aggregate.yaml", "03-rolebinding-textcraft-mcts-aggregate.yaml",
-                     "04-job-textcraft-mcts.yaml", "05-job-textcraft-mcts-aggregate.yaml"]
+                     "04-job-textcraft-mcts-prefetch.yaml", "05-job-textcraft-mcts.yaml",
+                     "06-job-textcraft-mcts-aggregate.yaml"]
     code, _, err = cli("render", str(tmp_path / "missing.yaml"))
     assert code == 2 and err.count("\n") == 1 and "cannot read the spec" in err
 

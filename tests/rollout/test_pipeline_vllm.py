@@ -105,8 +105,8 @@ def test_thicket_run_serves_a_local_model_folder_and_stops_it(vllm_server, tmp_p
     spec.write_text(
         (ROOT / "sweeps/demo.yaml")
         .read_text()
-        .replace("model: models/tiny", f"model: {model}")
-        .replace("stop: 6", "stop: 2")
+        .replace("model: models/demo", f"model: {model}")
+        .replace("stop: 206", "stop: 202")
     )
     env = {**os.environ, "THICKET_VLLM_PYTHON": vllm_server.python}
     result = subprocess.run(
@@ -117,7 +117,7 @@ def test_thicket_run_serves_a_local_model_folder_and_stops_it(vllm_server, tmp_p
     assert "tasks        2 (2 grown" in result.stdout
     assert "prefix cache" in result.stdout and "n/a" not in result.stdout
     trees = list(iter_shards(open_store(str(tmp_path / "out" / "demo-textcraft-mcts"))))
-    assert [ref.task for ref, _ in trees] == [0, 1] and all(table.num_rows > 1 for _, table in trees)
+    assert [ref.task for ref, _ in trees] == [200, 201] and all(table.num_rows > 1 for _, table in trees)
     assert len({ref.data_key for ref, _ in trees}) == 1  # both trees in one data file
     assert api_servers_of(model) == {vllm_server.pid}  # only the fixture's server is left
 

@@ -2,7 +2,7 @@
 
 It speaks the REST paths thicket's controller uses (namespaced CRUD for ConfigMaps, Secrets,
 ServiceAccounts, PVCs, Pods, Events, Roles, RoleBindings and Jobs; label and field selectors; JSON
-merge patch; pod logs) with the status codes of the real server (404, 409, 403, 422 for a changed Job
+merge patch; pod logs; owner references collected at once) with the status codes of the real server (404, 409, 403, 422 for a changed Job
 template), so the controller's real client code runs end to end against it. Not a validator:
 schema and semantic checks live in the manifest tests.
 """
@@ -70,6 +70,8 @@ class FakeKube:
         self.logs: dict[tuple[str, str], str] = {}  # (pod, container) -> text
         self.forbidden: set[tuple[str, str]] = set()  # (method, plural)
         self.requests: list[tuple[str, str]] = []
+        # Jobs that end as soon as they are created, by component label: {"prefetch": "Complete"}.
+        self.job_ends: dict[str, str] = {}
         self.version = 0
         self.lock = threading.Lock()
 
@@ -84,6 +86,18 @@ class FakeKube:
 
     def get(self, plural: str, ns: str, name: str) -> dict | None:
         return self.objects.get((plural, ns, name))
+
+    def collect_garbage(self) -> None:
+        """As Kubernetes' garbage collector does (here at once): delete every object whose owner
+        references all name objects that no longer exist."""
+        while True:
+            uids = {o["metadata"]["uid"] for o in self.objects.values()}
+            orphans = [key for key, o in self.objects.items() if (refs := o["metadata"].get("ownerReferences"))
+                       and not any(ref["uid"] in uids for ref in refs)]
+            if not orphans:
+                return
+            for key in orphans:
+                del self.objects[key]
 
     def handle(self, method: str, url: str, body: Any) -> tuple[int, Any]:
         parsed = urlparse(url)
@@ -123,7 +137,9 @@ class FakeKube:
                 obj = copy.deepcopy(body)
                 obj["metadata"]["namespace"] = ns
                 if plural == "jobs":
-                    obj.setdefault("status", {})
+                    component = (obj["metadata"].get("labels") or {}).get("app.kubernetes.io/component")
+                    ends = self.job_ends.get(component)
+                    obj.setdefault("status", {"conditions": [{"type": ends, "status": "True"}]} if ends else {})
                 return 201, copy.deepcopy(self.put(plural, obj))
             live = self.get(plural, ns, name)
             if live is None:
@@ -136,6 +152,7 @@ class FakeKube:
                     for key in [k for k, o in self.objects.items() if k[0] == "pods" and
                                 (o["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name") == name]:
                         del self.objects[key]
+                self.collect_garbage()
                 return 200, status(200, "deleted")
             if method == "PUT":
                 if plural == "jobs" and body.get("spec", {}).get("template") != live.get("spec", {}).get("template"):

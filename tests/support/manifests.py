@@ -78,7 +78,8 @@ def variant_specs():
             hf_token_secret="hf-token", max_failed_indexes=50, ttl_seconds_after_finished=3600,
             envs=[{"family": "textcraft", "port": 8100}, {"family": "frozenlake", "port": 8101, "args": ["--max-instances", "64"]}],
             aggregate={"node_selector": {"pool": "cpu"}, "queue": "cpu-queue"},
+            model_cache={"size": "500Gi", "storage_class": "efs-sc"},
         ),
-        "no-pvc-no-envs": spec_with(model_cache_pvc=None, envs=[], s3_secret=None, aggregate={"enabled": False}),
+        "no-pvc-no-envs": spec_with(model_cache={"claim": None}, envs=[], s3_secret=None, aggregate={"enabled": False}),
         "long-name": parse_spec({**BASE, "name": "a" * 63}),
     }

@@ -101,6 +101,7 @@ async def grown(params, env=None, policy=None, seed=0) -> Expander:
         max_depth=params.max_depth,
         max_nodes=params.max_nodes,
         dedupe=params.dedupe,
+        max_llm_calls=params.max_llm_calls,
     )
     await grow(x, params)
     return x

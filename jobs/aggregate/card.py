@@ -1,0 +1,166 @@
+"""The datasets folder's README.md: a dataset card whose front matter names each non-empty
+dataset as a config, so `datasets.load_dataset(FOLDER, "dpo")` loads it in one line.
+
+HF `datasets` needs the `configs:` block: without it, a folder of differently shaped subfolders
+fails ("column names don't match"). An empty dataset has no files and so no config (a config
+without data files raises EmptyDatasetError, and a 0-row Parquet file is refused too): the card
+lists it as empty instead, as `_SUCCESS.json`, `thicket pull` and report.html do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import yaml
+
+from thicket.aggregate.forest import EVALUATED
+
+DESCRIPTIONS = {
+    "sft": "The best successful root-to-leaf path per task (highest return, then fewest steps, then lowest "
+    "node id) as TRL conversational `messages`: the exact chat the policy saw plus the final assistant turn.",
+    "sft_fastchat": "The same paths in FastChat layout: `id`, `conversations` of {from: system|human|gpt, value}.",
+    "dpo": "Preference pairs in TRL format (`prompt`, `chosen`, `rejected` message lists). `kind` = trajectory: "
+    "a successful path vs a failed one of the same task (ETO-style); `kind` = step: sibling replies whose "
+    "values differ by at least beta (DensePolicy-style). The prompt is the chat up to the shared prefix. "
+    "A trajectory pair's `chosen` and `rejected` run on for several turns, the environment's observations "
+    "(user turns) between the replies: every message carries a `loss` flag, true on assistant turns only, "
+    "for trainers that mask (as ETO's does). TRL's DPOTrainer scores every completion token, observations "
+    "included: for it, use `dpo_first_turn` or mask by the flags.",
+    "dpo_first_turn": "The `dpo` pairs cut to the first turn where their two sides part: `chosen` and `rejected` "
+    "are one assistant message each, so no observation is scored; TRL's DPOTrainer takes it as it is. Pairs "
+    "that cut to the same two nodes are kept once, and pairs whose two first replies are the same text are "
+    "dropped. Rewards stay those of the pair (a trajectory pair's: the two paths' returns).",
+    "revision": "Agent-R revision trajectories: a bad path up to its transition point (loss 0), an assistant "
+    "revision turn `Thought: ...\\nAction: wait` (loss 1), user `ok.`, then the good path from where the two "
+    "part (assistant turns loss 1). Every message carries a `loss` flag; `transition_method` says how the "
+    "cut was found.",
+    "tokens": "Token-level RL rows, one per root-to-leaf trajectory with sampled ids: `prompt_ids`, "
+    "`response_ids`, `loss_mask` (1 on sampled reply tokens), `rollout_logprobs`, `stop_reason`, `reward` "
+    "(the path's return), `group_id` (the task: a GRPO group), `trajectory_id`. Paths that the search's "
+    "budget, a timeout or an error cut short have reward 0 without an outcome: for outcome rewards keep the "
+    "rows whose `stop_reason` is one of " + ", ".join(EVALUATED) + ".",
+}
+
+# What a column means, where its name does not say it all (the card lists every column and its type).
+COLUMNS = {
+    "id": "a stable row id: task, then the nodes it is made of",
+    "task": "the task index",
+    "tree": "the tree's id in the sweep",
+    "leaf": "the path's last node (a row of the task's tree shard)",
+    "reward": "the path's return",
+    "steps": "actions on the path",
+    "messages": "the chat: {role, content[, loss]} turns",
+    "conversations": "FastChat turns: {from, value}",
+    "kind": "trajectory | step",
+    "prompt_node": "the last node of the shared prefix",
+    "chosen_node": "the last node of the chosen side",
+    "rejected_node": "the last node of the rejected side",
+    "prompt": "the chat up to the shared prefix, ending on a user turn",
+    "chosen": "the preferred continuation",
+    "rejected": "the other continuation",
+    "chosen_reward": "a trajectory pair's path return, a step pair's node value",
+    "rejected_reward": "as chosen_reward",
+    "good_leaf": "the good path's last node",
+    "bad_leaf": "the bad path's last node",
+    "shared_depth": "depth of the last node the two paths share",
+    "transition_node": "the last bad node kept",
+    "transition_depth": "its depth",
+    "transition_method": "verifier | heuristic",
+    "good_value": "the good leaf's value",
+    "bad_value": "the bad leaf's value",
+    "trajectory_id": "the path's id",
+    "tree_id": "the tree's id",
+    "group_id": "the task (a GRPO group)",
+    "prompt_ids": "the root prompt's token ids",
+    "response_ids": "every later token: sampled replies and observations",
+    "loss_mask": "1 on sampled reply tokens, 0 on observations",
+    "rollout_logprobs": "the sampled tokens' logprobs (0 elsewhere)",
+    "constrained": "whether any action on the path was constrained to the valid actions",
+    "stop_reason": "why the path ended",
+    "success": "the env said the task was solved",
+}
+
+
+def configs(files: dict[str, list[str]]) -> list[dict[str, Any]]:
+    """HF `configs:` entries, one per dataset with files (each dataset's parts as its train split)."""
+    return [
+        {"config_name": name, "data_files": [{"split": "train", "path": f"{name}/*.parquet"}]}
+        for name in sorted(files)
+        if files[name]
+    ]
+
+
+def empty(rows: dict[str, int]) -> list[str]:
+    """The datasets without rows (and so without files or a config)."""
+    return sorted(name for name, count in rows.items() if count == 0)
+
+
+def front_matter(files: dict[str, list[str]]) -> list[str]:
+    meta: dict[str, Any] = {"configs": configs(files)} if configs(files) else {}
+    meta["tags"] = ["thicket", "agents", "tree-search"]
+    return ["---", yaml.safe_dump(meta, sort_keys=False).rstrip(), "---", ""]
+
+
+def _type(kind: pa.DataType) -> str:
+    if pa.types.is_list(kind) and pa.types.is_struct(kind.value_type):
+        fields = ", ".join(f.name for f in kind.value_type)
+        return f"list of {{{fields}}}"
+    if pa.types.is_list(kind):
+        return f"list of {kind.value_type}"
+    return str(kind)
+
+
+def column_lines(schema: pa.Schema) -> list[str]:
+    lines = ["| column | type | meaning |", "| --- | --- | --- |"]
+    return lines + [f"| `{f.name}` | {_type(f.type)} | {COLUMNS.get(f.name, '')} |" for f in schema]
+
+
+def dataset_section(name: str, rows: int, files: list[str], schema: pa.Schema) -> list[str]:
+    lines = [f"## {name}", "", DESCRIPTIONS[name], ""]
+    if files:
+        load = f'ds = datasets.load_dataset(FOLDER, "{name}", split="train")'
+        lines += ["```python", "import datasets", load, "```", ""]
+    else:
+        lines += [f"**Empty**: this sweep gave no `{name}` rows, so there are no files and no `{name}` config.", ""]
+    return lines + column_lines(schema) + [""]
+
+
+def dataset_card(
+    sweep: str,
+    spec: dict[str, Any] | None,
+    rows: dict[str, int],
+    files: dict[str, list[str]],
+    params: dict[str, Any],
+    schemas: dict[str, pa.Schema],
+) -> str:
+    lines = front_matter(files)
+    lines += [
+        f"# Datasets of sweep `{sweep}`",
+        "",
+        "Built by `thicket aggregate` from the sweep's committed tree shards. Paths are relative to this folder;",
+        "each non-empty dataset is a config of it: `datasets.load_dataset(FOLDER, NAME, split=\"train\")`,",
+        "FOLDER being this folder (a local path, e.g. after `thicket pull`).",
+        "",
+        "| dataset | rows | files |",
+        "| --- | ---: | ---: |",
+    ]
+    lines += [f"| `{name}` | {rows[name]} | {len(files[name]) or 'empty'} |" for name in sorted(rows)]
+    lines += [""]
+    if none := empty(rows):
+        lines += ["Empty (no rows, no files, no config): " + ", ".join(f"`{name}`" for name in none) + ".", ""]
+    for name in sorted(rows):
+        lines += dataset_section(name, rows[name], files[name], schemas[name])
+    lines += ["## Parameters", "", "```yaml", yaml.safe_dump(params, sort_keys=True).rstrip(), "```", ""]
+    lines += ["## Sweep spec", ""]
+    if spec is None:
+        lines += ["(no spec.yaml in the sweep folder)", ""]
+    else:
+        summary = {k: spec[k] for k in ("name", "tasks", "search", "policy", "seed") if k in spec}
+        lines += ["```yaml", yaml.safe_dump(summary, sort_keys=False).rstrip(), "```", ""]
+    lines += [
+        "`stats.json` holds the sweep's statistics and `report.html` plots them. `_SUCCESS.json` is written last "
+        "and lists every file with its SHA-256 and row count, and the empty datasets: read only a folder that has it.",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,101 @@
+"""The model cache's objects: the PersistentVolumeClaim thicket creates when `model_cache.size` is
+set, and the prefetch Job that downloads a hub model into it once, before the rollout starts.
+
+`thicket submit` applies them first and waits for the Job (thicket.k8s.submit); the rollout's
+vLLM then runs with HF_HUB_OFFLINE=1, so N pods never download the model N times. The claim
+outlives the sweep (it has no sweep label: `thicket cancel` and the Jobs' TTL leave it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from thicket.k8s.containers import _common_pod, _env, _resources, _secret_env, _security, _user_env, pod_model
+from thicket.k8s.names import APP, COMPONENT_LABEL, SPEC_HASH, TEMPLATE_HASH, digest, labels, names, serves_vllm
+from thicket.k8s.spec import Resources
+from thicket.spec import SweepSpec
+
+Obj = dict[str, Any]
+
+PREFETCH = "prefetch"  # the component label and the container's name
+# Llama-style repositories also carry the original checkpoint (original/*), which vLLM never reads.
+SKIPPED_FILES = ("original/*",)
+DOWNLOAD_BLOCKERS = frozenset({"HF_HUB_OFFLINE", "HF_HUB_DISABLE_UPDATE_CHECK", "HF_HUB_DISABLE_TELEMETRY"})
+PREFETCH_RESOURCES = Resources(requests={"cpu": "1", "memory": "1Gi"}, limits={"memory": "4Gi"})
+
+
+def cache_claim(spec: SweepSpec) -> Obj | None:
+    """The model cache's claim, when thicket creates it (model_cache.size) and a pod mounts it."""
+    cache = spec.cluster.model_cache
+    if not (serves_vllm(spec) and cache.claim and cache.size):
+        return None
+    claim: Obj = {"accessModes": [cache.access_mode], "resources": {"requests": {"storage": cache.size}}}
+    if cache.storage_class:
+        claim["storageClassName"] = cache.storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": cache.claim,
+            "namespace": spec.cluster.namespace,
+            "labels": {"app.kubernetes.io/name": APP, COMPONENT_LABEL: "model-cache", "app.kubernetes.io/part-of": APP},
+        },
+        "spec": claim,
+    }
+
+
+def prefetches(spec: SweepSpec) -> bool:
+    return serves_vllm(spec) and spec.cluster.model_cache.prefetches(pod_model(spec))
+
+
+def prefetch_job(spec: SweepSpec, spec_hash: str) -> Obj | None:
+    """A Job that downloads the pod's hub model into the model cache (`hf download`, from the vLLM
+    image, which has it), on the aggregation Job's (CPU) nodes."""
+    if not prefetches(spec):
+        return None
+    c = spec.cluster
+    cache = c.model_cache
+    env = [_env("HOME", "/tmp"), _env("HF_HOME", cache.hf_home), _env("HF_HUB_DISABLE_TELEMETRY", "1"),
+           _env("HF_HUB_DISABLE_UPDATE_CHECK", "1")]
+    if c.hf_token_secret:
+        env.append(_secret_env("HF_TOKEN", c.hf_token_secret, "HF_TOKEN"))
+    # The vLLM container's own variables (a hub mirror in HF_ENDPOINT, a proxy), but not an offline switch.
+    env += [var for var in _user_env(spec, "vllm") if var["name"] not in DOWNLOAD_BLOCKERS]
+    container = {
+        "name": PREFETCH,
+        "image": c.images.vllm,
+        "imagePullPolicy": c.images.pull_policy,
+        "command": ["hf"],
+        "args": ["download", pod_model(spec), *(arg for pattern in SKIPPED_FILES for arg in ("--exclude", pattern))],
+        "env": env,
+        "resources": _resources(PREFETCH_RESOURCES),
+        "securityContext": _security(read_only=True),
+        "volumeMounts": [{"name": "model-cache", "mountPath": cache.path}, {"name": "tmp", "mountPath": "/tmp"}],
+    }
+    pod = _common_pod(spec, c.aggregate.node_selector, c.aggregate.tolerations)
+    pod["automountServiceAccountToken"] = False
+    pod["containers"] = [container]
+    pod["volumes"] = [
+        {"name": "model-cache", "persistentVolumeClaim": {"claimName": cache.claim}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    template = {"metadata": {"labels": labels(spec, PREFETCH)}, "spec": pod}
+    job_spec: Obj = {"backoffLimit": 3, "activeDeadlineSeconds": cache.prefetch_timeout_s}
+    if c.ttl_seconds_after_finished is not None:
+        job_spec["ttlSecondsAfterFinished"] = c.ttl_seconds_after_finished
+    job_spec["template"] = template
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": names(spec.name)["prefetch"],
+            "namespace": c.namespace,
+            "labels": labels(spec, PREFETCH),
+            "annotations": {SPEC_HASH: spec_hash, TEMPLATE_HASH: digest({"template": template})},
+        },
+        "spec": job_spec,
+    }
+
+
+def is_prefetch(obj: Obj) -> bool:
+    return obj["kind"] == "Job" and obj["metadata"]["labels"].get(COMPONENT_LABEL) == PREFETCH

