@@ -277,6 +277,7 @@ class Clock:
 async def within(clock: Clock, phase, label: str):
     """The phase's result, or None (said) when the time budget is spent before or during it."""
     if clock.spent():
+        phase.close()  # never started
         print(f"  {label}: not run (--max-seconds spent)", flush=True)
         return None
     try:
