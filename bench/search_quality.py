@@ -83,7 +83,8 @@ def measure(algorithm: str, args: argparse.Namespace, url: str, model: str, outp
     quality = stats["search_quality"]
     ended = stats["stop_reasons"].get("done", 0) + stats["stop_reasons"].get("depth_limit", 0)
     return {"algorithm": algorithm, "search": spec.search.model_dump(), "wall_s": round(wall, 1),
-            "server_requests": int(served), "trajectories_ended": ended, **quality}
+            "server_requests": int(served), "trajectories_ended": ended,
+            "preference_rows_dropped": stats["preference_rows_dropped"], **quality}
 
 
 def table(rows: list[dict[str, object]]) -> str:

@@ -40,6 +40,10 @@ def cli(verbose: bool, log_format: str) -> None:
     setup_logging(cast(LogFormat, log_format), verbose)
 
 
+allow_spec_change_option = click.option(
+    "--allow-spec-change", is_flag=True,
+    help="Grow trees even though SPEC differs from the sweep's stored spec.yaml in what determines them "
+         "(the sweep then mixes both: spec.yaml keeps the first, spec-history/ the new one).")
 metrics_port_option = click.option("--metrics-port", type=click.IntRange(0, 65535), default=0, show_default=True,
                                    help="Serve Prometheus metrics at :PORT/metrics while running (0: off).")
 
@@ -83,9 +87,10 @@ def validate(spec: str, policy: str | None) -> None:
 @click.option("--policy", type=click.Choice(["uniform"]), help="Replace the spec's policy by the uniform baseline.")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar on a terminal.")
 @click.option("--aggregate/--no-aggregate", "then_aggregate", default=True, help="Build the datasets when the run succeeds.")
+@allow_spec_change_option
 @metrics_port_option
 def run(spec: str, output: str | None, indices: str | None, policy: str | None, progress: bool, then_aggregate: bool,
-        metrics_port: int) -> None:
+        allow_spec_change: bool, metrics_port: int) -> None:
     """Run SPEC's tasks locally (starting vLLM if the spec serves a local model), then aggregate."""
     from thicket.metrics import metrics_served
     from thicket.rollout.sweep import raise_for_failures, run_tasks
@@ -93,7 +98,8 @@ def run(spec: str, output: str | None, indices: str | None, policy: str | None, 
     s = _spec_with_overrides(spec, output, policy)
     tasks = parse_indices(indices, s.tasks) if indices else list(range(s.tasks.start, s.tasks.stop))
     with metrics_served(metrics_port, "127.0.0.1"):
-        summary = asyncio.run(run_tasks(s, tasks, progress=progress))
+        summary = asyncio.run(run_tasks(s, tasks, progress=progress,
+                                        allow_spec_change=allow_spec_change or s.run.allow_spec_change))
     for line in summary.lines():
         click.echo(line)
     raise_for_failures(summary)
@@ -112,9 +118,10 @@ def run(spec: str, output: str | None, indices: str | None, policy: str | None, 
 @click.option("--output", help="Override the spec's output.")
 @click.option("--wait-for", "wait_for", multiple=True, metavar="URL", help="Wait until URL answers 2xx first (repeatable).")
 @click.option("--wait-ready-timeout", type=float, default=600, show_default=True, help="Seconds to wait for --wait-for URLs (then exit 3).")
+@allow_spec_change_option
 @metrics_port_option
 def worker(spec: str, index: int | None, output: str | None, wait_for: tuple[str, ...], wait_ready_timeout: float,
-           metrics_port: int) -> None:
+           allow_spec_change: bool, metrics_port: int) -> None:
     """Run one pod's share of SPEC: the task range of one Job completion index."""
     from thicket.metrics import metrics_served
     from thicket.rollout.sweep import checked_store, raise_for_failures, run_tasks
@@ -131,7 +138,7 @@ def worker(spec: str, index: int | None, output: str | None, wait_for: tuple[str
         raise BadInput(f"--index: {index} is outside 0-{len(ranges) - 1} for this spec")
     tasks = list(ranges[index])
     try:
-        store = checked_store(s)  # before waiting for the servers: a wrong bucket or key fails at once
+        store = checked_store(s, allow_spec_change or s.run.allow_spec_change)  # before the servers: a wrong bucket, key or spec fails now
         if set(tasks) <= committed_task_ids(store):  # a resumed sweep: this index is done, no server needed
             click.echo(f"index {index}: all {len(tasks)} tasks already committed in {s.sweep_uri}")
             return

@@ -27,6 +27,7 @@ from thicket.k8s.spec import ClusterSpec
 from thicket.k8s.values import DNS_LABEL
 from thicket.search import AnySearch
 from thicket.storage.store import StorageSettings
+from thicket.vllm_server import logprobs_mode_problem
 
 LOCAL_SCHEMES = ("", "file")
 S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
@@ -121,6 +122,13 @@ class LaunchSpec(Strict):
     startup_timeout_s: float = Field(600, gt=0)
     python: str | None = Field(None, description="interpreter with vLLM (default: THICKET_VLLM_PYTHON or .venv-vllm)")
 
+    @field_validator("args")
+    @classmethod
+    def logprobs_mode_kept(cls, value: list[str]) -> list[str]:
+        if problem := logprobs_mode_problem(value):
+            raise ValueError(problem)
+        return value
+
 
 class PolicySpec(Strict):
     kind: Literal["vllm", "openai", "uniform"] = "vllm"
@@ -188,6 +196,10 @@ class RunSpec(Strict):
         "started are left for a rerun (exit 4)"
     )
     progress: bool = True
+    allow_spec_change: bool = Field(
+        False, description="grow trees into a sweep whose spec.yaml differs (as --allow-spec-change): for pods, "
+        "which get no flags of their own"
+    )
 
 
 class StorageSpec(Strict):

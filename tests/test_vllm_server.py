@@ -1,16 +1,21 @@
 """thicket.vllm_server without vLLM: reading the prefix-cache counters, failing fast where vLLM is
-not installed."""
+not installed, the logprobs mode every server is started with."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from thicket.errors import Unavailable
-from thicket.vllm_server import VLLMServer, parse_prefix_cache_counters
+from thicket.errors import BadInput, Unavailable
+from thicket.vllm_server import LOGPROBS_MODE, VLLMServer, logprobs_mode_problem, parse_prefix_cache_counters
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_parse_prefix_cache_counters() -> None:
@@ -31,3 +36,48 @@ def test_server_fails_fast_without_vllm(tmp_path: Any) -> None:
     with pytest.raises(Unavailable, match="exited with code 1 .*No module named 'vllm'"):
         server.start()
     assert time.perf_counter() - started_at < 10 and not server.running
+
+
+# -- the logprobs mode: what every stored logprob means ---------------------------------------------
+
+
+def test_the_command_line_asks_for_the_sampling_distribution_s_logprobs(tmp_path: Any) -> None:
+    command = VLLMServer(tmp_path, served_name="x", python="py").command()
+    assert command[command.index("--logprobs-mode") + 1] == LOGPROBS_MODE == "processed_logprobs"
+    for same in (["--logprobs-mode", LOGPROBS_MODE], [f"--logprobs_mode={LOGPROBS_MODE}"]):
+        command = VLLMServer(tmp_path, python="py", extra_args=[*same, "--max-model-len", "64"]).command()
+        assert [a for a in command if "logprobs" in a] == ["--logprobs-mode", LOGPROBS_MODE]  # once, not repeated
+        assert command[-2:] == ["--max-model-len", "64"]
+
+
+@pytest.mark.parametrize("args", [["--logprobs-mode", "raw_logprobs"], ["--logprobs-mode=processed_logits"],
+                                  ["--logprobs_mode", "raw_logits"], ["--logprobs", "raw_logprobs"],
+                                  ["--logprobs-mode"]])
+def test_extra_args_with_another_logprobs_mode_are_bad_input(tmp_path: Any, args: list[str]) -> None:
+    assert logprobs_mode_problem(args) is not None
+    with pytest.raises(BadInput, match="thicket sets --logprobs-mode processed_logprobs"):
+        VLLMServer(tmp_path, python="py", extra_args=args)
+    assert logprobs_mode_problem(["--max-logprobs", "20", "--logprobs-mode", LOGPROBS_MODE]) is None
+
+
+@pytest.mark.parametrize("section", ["policy", "cluster"])
+def test_validate_rejects_another_logprobs_mode_in_one_line_with_exit_2(tmp_path: Any, section: str) -> None:
+    spec = yaml.safe_load((ROOT / "sweeps" / "demo.yaml").read_text())
+    if section == "policy":
+        spec["policy"]["server"] = {"args": ["--max-model-len", "2048", "--logprobs-mode", "raw_logprobs"]}
+        field = "policy.server.args"
+    else:
+        spec["cluster"]["vllm_args"] = ["--logprobs-mode=raw_logits"]
+        field = "cluster.vllm_args"
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    thicket = str(Path(sys.executable).parent / "thicket")
+    out = subprocess.run([thicket, "validate", str(path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.count("\n") == 1 and f"{path}: {field}: --logprobs-mode raw_" in out.stderr, out.stderr
+    assert "thicket sets --logprobs-mode processed_logprobs" in out.stderr
+    spec["policy"]["server"] = {"args": [f"--logprobs-mode={LOGPROBS_MODE}"]}  # the same mode is fine
+    spec["cluster"]["vllm_args"] = ["--logprobs-mode", LOGPROBS_MODE]
+    path.write_text(yaml.safe_dump(spec))
+    out = subprocess.run([thicket, "validate", str(path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr

@@ -1,5 +1,7 @@
 """The datasets folder's README.md: a dataset card whose front matter names each non-empty
-dataset as a config, so `datasets.load_dataset(FOLDER, "dpo")` loads it in one line.
+dataset as a config, so `datasets.load_dataset(FOLDER, "dpo")` loads it in one line, and marks
+one as the default (`sft` where it has rows, else the first non-empty one), so that
+`datasets.load_dataset(FOLDER)` loads that one.
 
 HF `datasets` needs the `configs:` block: without it, a folder of differently shaped subfolders
 fails ("column names don't match"). An empty dataset has no files and so no config (a config
@@ -18,28 +20,37 @@ from thicket.aggregate.forest import EVALUATED
 
 DESCRIPTIONS = {
     "sft": "The best successful root-to-leaf path per task (highest return, then fewest steps, then lowest "
-    "node id) as TRL conversational `messages`: the exact chat the policy saw plus the final assistant turn.",
+    "node id) as TRL conversational `messages`: the exact chat the policy saw plus the final assistant turn. "
+    "`reward` is the path's return by the env's reward semantics (see Rewards below).",
     "sft_fastchat": "The same paths in FastChat layout: `id`, `conversations` of {from: system|human|gpt, value}.",
     "dpo": "Preference pairs in TRL format (`prompt`, `chosen`, `rejected` message lists). `kind` = trajectory: "
-    "a successful path vs a failed one of the same task (ETO-style); `kind` = step: sibling replies whose "
-    "values differ by at least beta (DensePolicy-style). The prompt is the chat up to the shared prefix. "
+    "a successful path vs an evaluated failed one of the same task with a lower return (ETO-style; rewards: "
+    "the two paths' returns); `kind` = step: two evaluated sibling replies whose values differ by at least "
+    "beta (DensePolicy-style; rewards: the two nodes' values). The prompt is the chat up to the shared prefix. "
+    "No prompt holds A over B and B over A: such rows are dropped (both), and a repeated row is kept once, "
+    "across the whole sweep (stats.json `preference_rows_dropped`). "
     "A trajectory pair's `chosen` and `rejected` run on for several turns, the environment's observations "
     "(user turns) between the replies: every message carries a `loss` flag, true on assistant turns only, "
     "for trainers that mask (as ETO's does). TRL's DPOTrainer scores every completion token, observations "
     "included: for it, use `dpo_first_turn` or mask by the flags.",
-    "dpo_first_turn": "The `dpo` pairs cut to the first turn where their two sides part: `chosen` and `rejected` "
-    "are one assistant message each, so no observation is scored; TRL's DPOTrainer takes it as it is. Pairs "
-    "that cut to the same two nodes are kept once, and pairs whose two first replies are the same text are "
-    "dropped. Rewards stay those of the pair (a trajectory pair's: the two paths' returns).",
+    "dpo_first_turn": "Step-level preferences: the two sibling steps where a `dpo` pair parts, one assistant "
+    "message each (no observation is scored; TRL's DPOTrainer takes it as it is). Each pair of steps once, "
+    "whatever the order of the pairs it came from, oriented by the two steps' own values and kept only where "
+    "they make a step pair (both evaluated, values at least beta apart, different replies): `chosen` is the "
+    "step of higher value, and the rewards are the two steps' values, not whole-path returns. Contradicting "
+    "and repeated rows are dropped as in `dpo`.",
     "revision": "Agent-R revision trajectories: a bad path up to its transition point (loss 0), an assistant "
     "revision turn `Thought: ...\\nAction: wait` (loss 1), user `ok.`, then the good path from where the two "
     "part (assistant turns loss 1). Every message carries a `loss` flag; `transition_method` says how the "
     "cut was found.",
     "tokens": "Token-level RL rows, one per root-to-leaf trajectory with sampled ids: `prompt_ids`, "
-    "`response_ids`, `loss_mask` (1 on sampled reply tokens), `rollout_logprobs`, `stop_reason`, `reward` "
-    "(the path's return), `group_id` (the task: a GRPO group), `trajectory_id`. Paths that the search's "
-    "budget, a timeout or an error cut short have reward 0 without an outcome: for outcome rewards keep the "
-    "rows whose `stop_reason` is one of " + ", ".join(EVALUATED) + ".",
+    "`response_ids` (exactly the tokens the model saw, in order: decoding prompt + response gives the chat "
+    "template's text of the path), `loss_mask` (1 on sampled reply tokens; 0 on observations, template "
+    "tokens and the action mark prefilled after a cut thought), `rollout_logprobs` (see Logprobs below), "
+    "`rollout_temperatures` and `temperature`, `stop_reason`, `reward` (the path's return), `group_id` "
+    "(the task: a GRPO group), `trajectory_id`. Paths that the search's budget, a timeout or an error cut "
+    "short have no outcome: for outcome rewards keep the rows whose `stop_reason` is one of "
+    + ", ".join(EVALUATED) + ".",
 }
 
 # What a column means, where its name does not say it all (the card lists every column and its type).
@@ -48,7 +59,7 @@ COLUMNS = {
     "task": "the task index",
     "tree": "the tree's id in the sweep",
     "leaf": "the path's last node (a row of the task's tree shard)",
-    "reward": "the path's return",
+    "reward": "the path's return (the env's reward semantics: a sum of rewards, or a running score's last value)",
     "steps": "actions on the path",
     "messages": "the chat: {role, content[, loss]} turns",
     "conversations": "FastChat turns: {from, value}",
@@ -74,18 +85,62 @@ COLUMNS = {
     "group_id": "the task (a GRPO group)",
     "prompt_ids": "the root prompt's token ids",
     "response_ids": "every later token: sampled replies and observations",
-    "loss_mask": "1 on sampled reply tokens, 0 on observations",
-    "rollout_logprobs": "the sampled tokens' logprobs (0 elsewhere)",
+    "loss_mask": "1 on sampled reply tokens; 0 on observations, template tokens and prefilled tokens",
+    "rollout_logprobs": "each sampled token's logprob under the distribution it was drawn from (0 where loss_mask is 0)",
+    "rollout_temperatures": "each sampled token's sampling temperature (0 where loss_mask is 0)",
+    "temperature": "the temperature every step of the path was sampled at (null: the steps differ, as in dense trees)",
     "constrained": "whether any action on the path was constrained to the valid actions",
     "stop_reason": "why the path ended",
     "success": "the env said the task was solved",
 }
 
 
+DEFAULT_CONFIG = "sft"  # what `datasets.load_dataset(FOLDER)` loads, where it has rows
+
+
+def default_config(files: dict[str, list[str]]) -> str | None:
+    """The config loaded when none is named: `sft` where it has files, else the first non-empty
+    dataset by name (None when all are empty)."""
+    if files.get(DEFAULT_CONFIG):
+        return DEFAULT_CONFIG
+    return next((name for name in sorted(files) if files[name]), None)
+
+
+REWARDS = {
+    "increment": "each step's reward is what that step earned; a path's return is their sum",
+    "running": "each step's reward is the episode's score so far (ScienceWorld, TextWorld); a path's return "
+    "is its last step's reward, never a sum",
+    "legacy": "shards older than `path_return`: a running score for sciworld and textworld, else a sum",
+}
+LOGPROBS = (
+    "`rollout_logprobs` (and the shards' `logprobs`) are vLLM's `processed_logprobs`, which thicket sets on "
+    "every vLLM it starts or renders: the log-probability of each sampled token under the distribution it "
+    "was drawn from, after the temperature and top_p and, on constrained steps, the action grammar's mask. "
+    "`rollout_temperatures` gives each token's temperature, so a trainer can score its policy at the "
+    "temperature each token was sampled at. A greedy step (temperature 0, dense trees' label 0) carries "
+    "the untempered distribution's logprob. A policy served elsewhere (`policy.url`) reports what its "
+    "server computes; thicket cannot check a remote server's mode."
+)
+
+
+def meaning_lines(reward_semantics: dict[str, int]) -> list[str]:
+    """What rewards and logprobs mean in these rows."""
+    lines = ["## Rewards", ""]
+    for name, trees in sorted(reward_semantics.items()):
+        lines.append(f"- `{name}` ({trees} trees): {REWARDS.get(name, name)}.")
+    lines += ["", "A row's reward is its path's return; a step pair's rewards are its two nodes' values (the "
+              "mean outcome of the evaluated leaves below each).", "", "## Logprobs", "", LOGPROBS, ""]
+    return lines
+
+
 def configs(files: dict[str, list[str]]) -> list[dict[str, Any]]:
-    """HF `configs:` entries, one per dataset with files (each dataset's parts as its train split)."""
+    """HF `configs:` entries, one per dataset with files (each dataset's parts as its train split),
+    the default one marked `default: true` (HF asks for a config name without it: "Config name
+    is missing")."""
+    default = default_config(files)
     return [
         {"config_name": name, "data_files": [{"split": "train", "path": f"{name}/*.parquet"}]}
+        | ({"default": True} if name == default else {})
         for name in sorted(files)
         if files[name]
     ]
@@ -133,6 +188,7 @@ def dataset_card(
     files: dict[str, list[str]],
     params: dict[str, Any],
     schemas: dict[str, pa.Schema],
+    reward_semantics: dict[str, int] | None = None,
 ) -> str:
     lines = front_matter(files)
     lines += [
@@ -147,10 +203,15 @@ def dataset_card(
     ]
     lines += [f"| `{name}` | {rows[name]} | {len(files[name]) or 'empty'} |" for name in sorted(rows)]
     lines += [""]
+    if default := default_config(files):
+        why = "" if default == DEFAULT_CONFIG else f" (`{DEFAULT_CONFIG}` is empty: the first non-empty dataset)"
+        lines += [f"The default config is `{default}`{why}: `datasets.load_dataset(FOLDER, split=\"train\")`, "
+                  "with no name, loads it.", ""]
     if none := empty(rows):
         lines += ["Empty (no rows, no files, no config): " + ", ".join(f"`{name}`" for name in none) + ".", ""]
     for name in sorted(rows):
         lines += dataset_section(name, rows[name], files[name], schemas[name])
+    lines += meaning_lines(reward_semantics or {})
     lines += ["## Parameters", "", "```yaml", yaml.safe_dump(params, sort_keys=True).rstrip(), "```", ""]
     lines += ["## Sweep spec", ""]
     if spec is None:

@@ -14,7 +14,7 @@ import hashlib
 import json
 import multiprocessing
 import os
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import yaml
 
 from thicket.aggregate.chats import Chats
+from thicket.aggregate.content import ContentKeys, PairKeys
 from thicket.aggregate.dpo import DPO_SCHEMA, FIRST_TURN_SCHEMA, dpo_tables
 from thicket.aggregate.forest import Forest
 from thicket.aggregate.params import DatasetsSpec, resolve
@@ -45,6 +46,7 @@ from thicket.aggregate.writer import (
     Datasets,
     Encoding,
     WrittenFile,
+    keep_rows,
     put_file,
 )
 from thicket.errors import BadInput
@@ -64,6 +66,7 @@ DATASET_SCHEMAS: dict[str, tuple[pa.Schema, Encoding]] = {
     "tokens": (TOKENS_SCHEMA, Encoding(dictionary=("stop_reason", "tree_id", "group_id"))),
 }
 SCHEMAS = {name: schema for name, (schema, _) in DATASET_SCHEMAS.items()}
+PREFERENCES = ("dpo", "dpo_first_turn")  # no prompt may carry A over B and B over A
 
 
 @dataclass(frozen=True)
@@ -100,18 +103,19 @@ class Job:
 
 @dataclass
 class TreeOutput:
-    """A forest's rows for every dataset, and its statistics."""
+    """A forest's rows for every dataset, its preference rows' content keys, and its statistics."""
 
     tables: dict[str, pa.Table]
     stats: SweepStats
+    keys: dict[str, PairKeys]
 
     def __reduce__(self) -> tuple[Any, ...]:
         """From a worker process with the tables' exact layout (see transfer.py)."""
-        return _unpack_output, ({name: pack(t) for name, t in self.tables.items()}, self.stats)
+        return _unpack_output, ({name: pack(t) for name, t in self.tables.items()}, self.stats, self.keys)
 
 
-def _unpack_output(tables: dict[str, Any], stats: SweepStats) -> TreeOutput:
-    return TreeOutput({name: unpack(*packed) for name, packed in tables.items()}, stats)
+def _unpack_output(tables: dict[str, Any], stats: SweepStats, keys: dict[str, PairKeys]) -> TreeOutput:
+    return TreeOutput({name: unpack(*packed) for name, packed in tables.items()}, stats, keys)
 
 
 _VERIFIERS: dict[VerifierConfig, Verifier] = {}  # one client per process
@@ -130,19 +134,22 @@ def build_forest(job: Job, forest: Forest) -> TreeOutput:
     tables: dict[str, pa.Table | None] = {}
     chats = Chats(forest)  # shared: message texts gathered once per forest
     tables["sft"], tables["sft_fastchat"] = sft_tables(forest, job.params.sft, chats) or (None, None)
-    tables["dpo"], tables["dpo_first_turn"] = dpo_tables(forest, job.params.dpo, chats)
+    keys: dict[str, PairKeys] = {}
+    for name, rows in zip(PREFERENCES, dpo_tables(forest, job.params.dpo, chats, ContentKeys.of(forest))):
+        tables[name] = None if rows is None else rows.table
+        if rows is not None:
+            keys[name] = rows.keys
     judge = None
     if job.verifier is not None:
         judge = _VERIFIERS.get(job.verifier) or _VERIFIERS.setdefault(job.verifier, Verifier(job.verifier))
     tables["revision"] = revision_table(forest, job.params.revision, judge, chats)
     tokens = token_rows(forest)
     tables["tokens"] = tokens.table
-    stats.tokens_skipped.update(no_token_ids=tokens.no_token_ids, not_append_only=tokens.not_append_only)
-    if tables["dpo"] is not None:
-        stats.dpo_kinds.update(_counts(tables["dpo"].column("kind")))
+    stats.tokens_skipped.update(no_token_ids=tokens.no_token_ids, not_append_only=tokens.not_append_only,
+                                prefill_unknown=tokens.prefill_unknown)
     if tables["revision"] is not None:
         stats.revision_methods.update(_counts(tables["revision"].column("transition_method")))
-    return TreeOutput({k: t for k, t in tables.items() if t is not None}, stats)
+    return TreeOutput({k: t for k, t in tables.items() if t is not None}, stats, keys)
 
 
 def _counts(column: pa.ChunkedArray) -> dict[str, int]:
@@ -197,6 +204,8 @@ def aggregate(
     store.delete(DATASETS + SUCCESS)  # a reader must not trust a half-rewritten folder
     stats = SweepStats()
     job = Job(params, verifier)
+    ledger: dict[str, list[PairKeys]] = {name: [] for name in PREFERENCES}
+    kinds: dict[str, list[pa.Array]] = {name: [] for name in PREFERENCES}
     try:
         bar = TaskProgress(total=len(shards), enabled=progress)
         with Datasets(store, DATASET_SCHEMAS, max_rows, max_bytes) as datasets, bar:
@@ -204,6 +213,9 @@ def aggregate(
             for output in built(job, store, batches(shards, batch_nodes), n_workers):
                 stats.merge(output.stats)
                 datasets.add(output.tables)
+                for name, keys in output.keys.items():
+                    ledger[name].append(keys)
+                    kinds[name].append(output.tables[name].column("kind").combine_chunks())
                 bar.advance(output.stats.nodes, output.stats.solved_trees, trees=output.stats.trees)
             parts = datasets.close()
     finally:
@@ -211,10 +223,12 @@ def aggregate(
             judge.close()
         _VERIFIERS.clear()
     rows = datasets.rows
-    summary = {**stats.to_json(rows), "source_shards_sha256": _sources_digest(shards)}
+    dropped = {name: drop_disagreeing(store, parts, rows, name, ledger[name], kinds, stats) for name in PREFERENCES}
+    summary = {**stats.to_json(rows), "preference_rows_dropped": dropped,
+               "source_shards_sha256": _sources_digest(shards)}
     sweep = str(spec.get("name", store.uri)) if spec else store.uri
     files = [f for name in sorted(parts) for f in parts[name]]
-    card = dataset_card(sweep, spec, rows, _paths(parts), params.model_dump(), SCHEMAS)
+    card = dataset_card(sweep, spec, rows, _paths(parts), params.model_dump(), SCHEMAS, summary["reward_semantics"])
     files += [
         put_file(store, "stats.json", (json.dumps(summary, indent=1, sort_keys=True) + "\n").encode()),
         put_file(store, "report.html", report_html(summary, sweep).encode()),
@@ -222,6 +236,20 @@ def aggregate(
     ]
     _finish(store, files, rows, params)
     return AggregateResult(store.uri, rows, files, summary)
+
+
+def drop_disagreeing(store: Store, parts: dict[str, list[WrittenFile]], rows: dict[str, int], name: str,
+                     keys: list[PairKeys], kinds: dict[str, list[pa.Array]], stats: SweepStats) -> dict[str, int]:
+    """Across the whole sweep, drop the preference rows whose two sides another row prefers the
+    other way round (both), and the repeats of a row (all but the first); rewrite the parts
+    that lose rows, and count the kept rows' kinds. {contradicting, repeated}: rows dropped."""
+    keep, contradicting, repeated = PairKeys.concat(keys).verdict()
+    if not keep.all():
+        parts[name] = keep_rows(store, parts[name], keep, DATASET_SCHEMAS[name][1])
+        rows[name] = int(keep.sum())
+    if name == "dpo" and len(keep):
+        stats.dpo_kinds = Counter(pa.concat_arrays(kinds[name]).filter(pa.array(keep)).to_pylist())
+    return {"contradicting": contradicting, "repeated": repeated}
 
 
 def _sources_digest(shards: list[ShardRef]) -> str:

@@ -19,12 +19,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from thicket.search.tree import StopReason
+from thicket.search.tree import EVALUATED as EVALUATED_STOPS
 
-# Leaves whose score is known: the episode ended or hit the depth limit. Leaves cut by the
-# budget, a timeout or an error say nothing about the path's quality.
-EVALUATED = (StopReason.DONE.value, StopReason.DEPTH_LIMIT.value, StopReason.DISASTER.value)
+# Leaves whose score is known (StopReason.evaluated): the episode ended or hit the depth limit.
+# Leaves cut by the budget, a timeout or an error say nothing about the path's quality.
+EVALUATED = tuple(sorted(stop.value for stop in EVALUATED_STOPS))
 ID_COLUMNS = ("task", "tree", "node", "parent", "depth")
+# Shards written before path_return was stored: the families whose reward was a running score then.
+LEGACY_RUNNING_SCORE_ENVS = ("sciworld", "textworld")
 
 
 class MalformedShard(ValueError):
@@ -158,10 +160,26 @@ class Forest:
 
     @cached_property
     def returns(self) -> np.ndarray:
-        """Sum of rewards from the root to each node (a path's return)."""
-        out = self.reward.copy()
+        """Each node's path return, as its shard recorded it (RewardSemantics.path_return: the
+        sum of rewards, or a running score's last value): what every dataset's reward is."""
+        if "path_return" not in self.table.column_names:
+            return self._legacy_returns()
+        stored = self.table.column("path_return")
+        out = stored.to_numpy(zero_copy_only=False).astype(np.float64)
+        if stored.null_count:
+            missing = np.isnan(out)
+            out[missing] = self._legacy_returns()[missing]
+        return out
+
+    def _legacy_returns(self) -> np.ndarray:
+        """Returns of shards older than path_return: a running score's last value for the
+        families that reported one, else the sum of rewards along the path."""
+        summed = self.reward.copy()
         for level in self.levels[1:]:
-            out[level] += out[self.parent[level]]
+            summed[level] += summed[self.parent[level]]
+        running = pc.is_in(self.table.column("env"), pa.array(LEGACY_RUNNING_SCORE_ENVS)).to_numpy(zero_copy_only=False)
+        out = np.where(running, self.reward, summed)
+        out[self.roots] = 0.0
         return out
 
     def ancestors(self, nodes: np.ndarray) -> np.ndarray:

@@ -19,7 +19,7 @@ class SFTParams(_Strict):
 
 class DPOParams(_Strict):
     beta: float = Field(0.5, ge=0.0, description="step pairs: minimum value gap between siblings")
-    min_visits: int = Field(1, ge=0, description="step pairs: visits each sibling needs")
+    min_visits: int = Field(1, ge=1, description="step pairs: evaluated leaves under each sibling, at least")
     max_trajectory_pairs_per_task: int = Field(4, ge=0, description="trajectory pairs (success vs failure) per task")
 
 

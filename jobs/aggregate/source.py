@@ -39,7 +39,12 @@ COLUMNS = (
     "prompt_tokens",
     "cached_tokens",
     "constrained",
+    "temperature",
+    "prefill_start",
+    "prefill_len",
     "reward",
+    "path_return",
+    "reward_semantics",
     "success",
     "stop_reason",
     "value",
@@ -48,7 +53,7 @@ COLUMNS = (
     "llm_calls",
     "llm_tokens",
 )
-LATER_COLUMNS = ("llm_calls", "llm_tokens")  # absent from older shards: read as nulls
+LATER_COLUMNS = ("llm_calls", "llm_tokens", "path_return", "reward_semantics", "prefill_start", "prefill_len")  # absent from older shards: read as nulls
 # Read as dictionaries: the system prompt is the same long text on every row of a tree, and
 # decoding it to plain strings (then concatenating them into a forest) was most of the
 # reading time of real trees.
@@ -128,5 +133,6 @@ def read(ref: ShardRef, data: bytes) -> pa.Table:
         raise BadInput(f"shard {ref.data_key}: {err}") from None
     for name in LATER_COLUMNS:  # a column the file lacks is left out of what pyarrow reads
         if name not in table.column_names:
-            table = table.append_column(TREE_SCHEMA.field(name), pa.nulls(table.num_rows, pa.int32()))
+            field = TREE_SCHEMA.field(name)
+            table = table.append_column(field, pa.nulls(table.num_rows, field.type))
     return table

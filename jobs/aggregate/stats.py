@@ -36,6 +36,7 @@ class SweepStats:
     tokens_per_success: Counter[int] = field(default_factory=Counter)  # solved trees per log2 bucket
     stop_reasons: Counter[str] = field(default_factory=Counter)  # of leaves
     envs: Counter[str] = field(default_factory=Counter)
+    reward_semantics: Counter[str] = field(default_factory=Counter)  # trees by how their rewards add up
     algorithms: Counter[str] = field(default_factory=Counter)
     # What the datasets' row counts don't say:
     dpo_kinds: Counter[str] = field(default_factory=Counter)
@@ -50,6 +51,9 @@ class SweepStats:
         self.trees += forest.n_trees
         self.nodes += forest.size
         self.envs.update(_counts_of(t.column("env").take(roots)))
+        semantics = t.column("reward_semantics").take(roots) if "reward_semantics" in t.column_names else None
+        self.reward_semantics.update(_counts_of(pc.fill_null(semantics, "legacy")) if semantics is not None
+                                     else {"legacy": forest.n_trees})
         self.algorithms.update(_counts_of(t.column("algorithm").take(roots)))
         self.depth.update(_counts(forest.depth))
         self.leaf_depth.update(_counts(forest.depth[forest.leaves]))
@@ -101,11 +105,13 @@ class SweepStats:
             "tokens_per_success_histogram": _pairs(self.tokens_per_success),
             "stop_reasons": dict(sorted(self.stop_reasons.items())),
             "envs": dict(sorted(self.envs.items())),
+            "reward_semantics": dict(sorted(self.reward_semantics.items())),
             "algorithms": dict(sorted(self.algorithms.items())),
             "datasets": dict(sorted(datasets.items())),
             "dpo_pairs": {kind: self.dpo_kinds[kind] for kind in ("step", "trajectory")},
             "revision_methods": dict(sorted(self.revision_methods.items())),
-            "tokens_skipped": {why: self.tokens_skipped[why] for why in ("no_token_ids", "not_append_only")},
+            "tokens_skipped": {why: self.tokens_skipped[why]
+                               for why in ("no_token_ids", "not_append_only", "prefill_unknown")},
             "search_quality": self.quality.to_json(self.solved_trees, self.success_leaves, self.dpo_kinds,
                                                    datasets.get("revision", 0)),
         }

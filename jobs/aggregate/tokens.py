@@ -5,9 +5,13 @@ response_ids = ctx(parent(leaf))[len(ctx(root)):] + the leaf's reply ids.
 Contexts are stored compressed (ctx(v) = (ctx(parent) + ids(v))[:prefix_len] + suffix(v)), so
 for an append-only path each step adds k(v) = prefix_len(v) - len(ctx(parent)) reply ids
 (k may be short of the reply by a token the chat template re-rendered) and then its
-suffix (the template and the observation). Reply ids get loss 1 and their sampled
-logprobs, suffix ids loss 0 and logprob 0.0. A path whose contexts were not append-only
-(the prompt was truncated or re-rendered: k < 0) is skipped and counted.
+suffix (the template and the observation). Sampled reply ids get loss 1, their sampled
+logprobs and their sampling temperature; prefilled reply ids (the action mark act() put
+after a cut thought: prefill_start / prefill_len) and suffix ids loss 0, logprob 0.0 and
+temperature 0.0. So a row's ids are exactly the tokens the model saw, in order, and
+decoding prompt + response gives back the chat of its path.
+Skipped and counted: a path whose contexts were not append-only (the prompt was truncated
+or re-rendered: k < 0), and one with a prefill whose ids are not known (prefill_len -1).
 Everything is built with numpy gathers, for a whole forest at once.
 """
 
@@ -17,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from thicket.aggregate.forest import Forest, list_column, ranges
 
@@ -37,6 +42,9 @@ TOKENS_SCHEMA = pa.schema(
         pa.field("response_ids", _values(pa.int32()), nullable=False),
         pa.field("loss_mask", _values(pa.int8()), nullable=False),
         pa.field("rollout_logprobs", _values(pa.float32()), nullable=False),
+        # per response token, the temperature it was sampled at (0.0 where loss_mask is 0)
+        pa.field("rollout_temperatures", _values(pa.float32()), nullable=False),
+        ("temperature", pa.float32()),  # the path's one sampling temperature (null: its steps differ)
         ("constrained", pa.bool_()),
         ("stop_reason", pa.string()),
         ("success", pa.bool_()),
@@ -45,11 +53,17 @@ TOKENS_SCHEMA = pa.schema(
 )
 
 
+class InconsistentContexts(ValueError):
+    """Token rows that do not reproduce the contexts the shards recorded (a shard's contexts
+    contradict its replies): never written."""
+
+
 @dataclass(frozen=True)
 class TokenRows:
     table: pa.Table | None
     no_token_ids: int  # trajectories skipped: some node has no sampled ids
     not_append_only: int  # trajectories skipped: contexts not append-only along the path
+    prefill_unknown: int = 0  # trajectories skipped: a prefill whose ids are not known
 
 
 @dataclass(frozen=True)
@@ -61,14 +75,21 @@ class _Columns:
     suf_off: np.ndarray
     suf: np.ndarray
     prefix_len: np.ndarray
+    prefill_start: np.ndarray  # -1: none
+    prefill_len: np.ndarray  # -1: not known (older shards: 0)
+    temperature: np.ndarray
 
     @classmethod
     def of(cls, forest: Forest) -> _Columns:
-        tok_off, tok = list_column(forest.table, "token_ids")
-        lp_off, lp = list_column(forest.table, "logprobs")
-        suf_off, suf = list_column(forest.table, "context_suffix_ids")
-        prefix = forest.table.column("context_prefix_len").to_numpy(zero_copy_only=False).astype(np.int64)
-        return cls(tok_off, tok, lp_off, lp, suf_off, suf, prefix)
+        table = forest.table
+        tok_off, tok = list_column(table, "token_ids")
+        lp_off, lp = list_column(table, "logprobs")
+        suf_off, suf = list_column(table, "context_suffix_ids")
+        prefix = table.column("context_prefix_len").to_numpy(zero_copy_only=False).astype(np.int64)
+        start, length = (pc.fill_null(table.column(name), fill).to_numpy(zero_copy_only=False).astype(np.int64)
+                         for name, fill in (("prefill_start", -1), ("prefill_len", 0)))
+        temperature = pc.fill_null(table.column("temperature"), 0.0).to_numpy(zero_copy_only=False).astype(np.float32)
+        return cls(tok_off, tok, lp_off, lp, suf_off, suf, prefix, start, length, temperature)
 
 
 def token_rows(forest: Forest) -> TokenRows:
@@ -87,14 +108,16 @@ def token_rows(forest: Forest) -> TokenRows:
     sent[roots] = c.prefix_len[roots] == 0
     paths = forest.ancestors(leaves)  # past a leaf's depth: the root, where sampled is True
     with_ids = sampled[paths].all(axis=1)
+    known = (c.prefill_len >= 0)[paths].all(axis=1) | ~with_ids
     aligned = (sampled & sent)[paths]
     aligned[np.arange(len(leaves)), forest.depth[leaves]] = sampled[leaves]  # the leaf is never sent
-    ok = aligned.all(axis=1)
+    ok = aligned.all(axis=1) & known
     no_ids = int((~with_ids).sum())
-    misaligned = len(leaves) - no_ids - int(ok.sum())
+    unknown = int((~known).sum())
+    misaligned = len(leaves) - no_ids - unknown - int(ok.sum())
     if not ok.any():
-        return TokenRows(None, no_ids, misaligned)
-    return TokenRows(_build(forest, c, leaves[ok], paths[ok], kept, ctx_len), no_ids, misaligned)
+        return TokenRows(None, no_ids, misaligned, unknown)
+    return TokenRows(_build(forest, c, leaves[ok], paths[ok], kept, ctx_len), no_ids, misaligned, unknown)
 
 
 def _build(
@@ -116,15 +139,24 @@ def _build(
     starts[..., 0], starts[..., 1] = columns.tok_off[steps], n_tok + columns.suf_off[steps]
     take = ranges(starts.ravel(), lengths.ravel())
     ids = np.concatenate([columns.tok, columns.suf]).astype(np.int32, copy=False)[take]
-    mask = (take < n_tok).view(np.int8)  # reply ids 1, suffix ids 0
+    node = np.repeat(np.repeat(steps.ravel(), 2), lengths.ravel())  # each taken id's node
+    at = take - columns.tok_off[node]  # a reply id's position in its reply
+    start = columns.prefill_start[node]
+    prefilled = (start >= 0) & (at >= start) & (at < start + columns.prefill_len[node])
+    sampled = (take < n_tok) & ~prefilled  # sampled reply ids; prefilled and suffix ids are not
+    mask = sampled.view(np.int8)
     if n_lp != n_tok or not np.array_equal(columns.lp_off, columns.tok_off):
         starts[..., 0], starts[..., 1] = columns.lp_off[steps], n_lp + columns.suf_off[steps]
         take = ranges(starts.ravel(), lengths.ravel())
     logprobs = np.concatenate([columns.lp, np.zeros(n_suf, np.float32)]).astype(np.float32, copy=False)[take]
+    logprobs[~sampled] = 0.0
+    temperatures = np.where(sampled, columns.temperature[node], np.float32(0.0)).astype(np.float32)
     response_len = lengths.sum(axis=(1, 2))
     tree = forest.tree_of[leaves]
     expected = ctx_len[forest.parent[leaves]] - ctx_len[forest.roots[tree]] + reply_len[leaves]
-    assert np.array_equal(response_len, expected), "token rows do not reproduce the contexts"
+    if not np.array_equal(response_len, expected):
+        bad = sorted(set(forest.tasks[tree[response_len != expected]].tolist()))
+        raise InconsistentContexts(f"token rows do not reproduce the contexts the shards recorded (tasks {bad[:5]})")
     offsets = pa.array(np.r_[0, np.cumsum(response_len)].astype(np.int32))
     forced = forest.table.column("constrained").to_numpy(zero_copy_only=False).astype(bool)
     forced[forest.roots] = False  # the roots took no action; past a leaf's depth, paths hold the root
@@ -138,6 +170,8 @@ def _build(
             "response_ids": _lists(offsets, ids),
             "loss_mask": _lists(offsets, mask),
             "rollout_logprobs": _lists(offsets, logprobs),
+            "rollout_temperatures": _lists(offsets, temperatures),
+            "temperature": path_temperature(columns.temperature, steps, forest.depth[leaves]),
             "constrained": forced[paths].any(axis=1),
             "stop_reason": forest.table.column("stop_reason").take(pa.array(leaves)),
             "success": forest.success[leaves],
@@ -145,6 +179,14 @@ def _build(
         },
         schema=TOKENS_SCHEMA,
     )
+
+
+def path_temperature(temperature: np.ndarray, steps: np.ndarray, depth: np.ndarray) -> pa.Array:
+    """Per path, the temperature all its steps were sampled at (null where they differ)."""
+    on_path = np.arange(steps.shape[1])[None, :] < depth[:, None]
+    first = temperature[steps[:, 0]]
+    same = ((temperature[steps] == first[:, None]) | ~on_path).all(axis=1)
+    return pa.array(first, pa.float32(), mask=~same)
 
 
 def _prompts(forest: Forest, columns: _Columns, trees: np.ndarray) -> pa.ListArray:

@@ -19,6 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import TracebackType
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -48,6 +49,28 @@ class WrittenFile:
 def put_file(store: Store, path: str, data: bytes, rows: int | None = None) -> WrittenFile:
     store.put(DATASETS + path, data)
     return WrittenFile(path, hashlib.sha256(data).hexdigest(), len(data), rows)
+
+
+def keep_rows(store: Store, files: list[WrittenFile], keep: np.ndarray, encoding: Encoding) -> list[WrittenFile]:
+    """A dataset's parts (in row order) rewritten without the rows `keep` says to drop (a
+    part left with no rows is deleted); parts that lose no row stay as they are."""
+    out: list[WrittenFile] = []
+    start = 0
+    for part in files:
+        rows = int(part.rows or 0)
+        mask = keep[start : start + rows]
+        start += rows
+        if mask.all():
+            out.append(part)
+            continue
+        if not mask.any():
+            store.delete(DATASETS + part.path)
+            continue
+        table = pq.read_table(pa.BufferReader(store.get(DATASETS + part.path))).filter(pa.array(mask))
+        out.append(put_file(store, part.path, encoding.parquet(table), table.num_rows))
+    if start != len(keep):
+        raise ValueError(f"keep_rows: {len(keep)} flags for {start} rows of parts")
+    return out
 
 
 @dataclass(frozen=True)
@@ -93,7 +116,8 @@ class DatasetWriter:
     def add(self, table: pa.Table | None) -> None:
         if table is None or table.num_rows == 0:
             return
-        assert table.schema == self.schema, f"{self.name}: rows do not match the dataset's schema"
+        if table.schema != self.schema:
+            raise ValueError(f"{self.name}: rows do not match the dataset's schema")
         self._tables.append(table)
         self._buffered_rows += table.num_rows
         self._buffered_bytes += table.nbytes

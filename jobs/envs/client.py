@@ -26,6 +26,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_e
 
 from thicket import metrics
 from thicket.envs.dialects import AGENTGYM_DIALECTS, Dialect, ThicketDialect
+from thicket.envs.protocol import RewardSemantics
 from thicket.envs.remote import RemoteEnv
 from thicket.envs.wire import ConnectionLost, EnvServerError, ErrorCode, classify, loads
 from thicket.errors import BadInput, Unavailable
@@ -60,6 +61,7 @@ class FamilyInfo:
     family: str
     instructions: str
     can_snapshot: bool
+    reward_semantics: RewardSemantics = RewardSemantics.INCREMENT
 
 
 class EnvClient:
@@ -174,7 +176,14 @@ class EnvClient:
             if err.code in (ErrorCode.UNKNOWN_FAMILY, ErrorCode.BAD_ENV_ARGS):
                 raise BadInput(f"env server {self.config.url}: {err}") from None
             raise
-        return FamilyInfo(family, str(payload["instructions"]), bool(payload["can_snapshot"]))
+        # a server older than reward_semantics says nothing: its families' rewards were increments or
+        # running scores alike, so ask for a current server rather than guess
+        semantics = payload.get("reward_semantics")
+        if semantics not in tuple(RewardSemantics):
+            raise BadInput(f"env server {self.config.url}: /describe does not say how {family}'s rewards add up "
+                              f"(reward_semantics {semantics!r}); run a thicket serve-env of this version")
+        return FamilyInfo(family, str(payload["instructions"]), bool(payload["can_snapshot"]),
+                          RewardSemantics(semantics))
 
     async def env(self, family: str, env_args: dict[str, Any] | None = None,
                   adapter: Adapter = Adapter.THICKET) -> RemoteEnv:
@@ -183,7 +192,7 @@ class EnvClient:
     async def dialect(self, family: str, env_args: dict[str, Any], adapter: Adapter) -> Dialect:
         if adapter is Adapter.THICKET:
             info = await self.describe(family, env_args)
-            return ThicketDialect(family, env_args, info.instructions, info.can_snapshot)
+            return ThicketDialect(family, env_args, info.instructions, info.can_snapshot, info.reward_semantics)
         if family not in AGENTGYM_DIALECTS:
             raise BadInput(f"no AgentGym adapter for {family!r}; expected one of {', '.join(AGENTGYM_DIALECTS)}")
         return AGENTGYM_DIALECTS[family](family, env_args)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from thicket.envs.protocol import Observation, Transition
+from thicket.envs.protocol import Observation, RewardSemantics, Transition
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,7 @@ class Dialect:
     has_close = True
     resend_safe = False  # a request may be sent again after a lost connection
     snapshots = False
+    reward_semantics = RewardSemantics.INCREMENT  # AgentGym's sciworld score is made increments below
     actions_route: str | None = None  # GET route listing the valid actions, where steps lack them
     default_instructions = "Interact with a text environment: reply with one action per turn."
 
@@ -70,9 +71,11 @@ def _actions(payload: Any) -> tuple[str, ...] | None:
 class ThicketDialect(Dialect):
     resend_safe = True  # ids are never reused and request ids make steps idempotent
 
-    def __init__(self, family: str, env_args: dict[str, Any], instructions: str, can_snapshot: bool) -> None:
+    def __init__(self, family: str, env_args: dict[str, Any], instructions: str, can_snapshot: bool,
+                 reward_semantics: RewardSemantics) -> None:
         super().__init__(family, env_args, instructions)
         self.snapshots = can_snapshot
+        self.reward_semantics = reward_semantics
 
     def create_body(self, task: int) -> dict[str, Any]:
         return {"family": self.family, "env_args": self.env_args, "data_idx": task, "snapshot": self.snapshots}

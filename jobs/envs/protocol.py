@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, ClassVar
 
 
@@ -20,11 +21,27 @@ class Observation:
     valid_actions: tuple[str, ...] | None = None
 
 
+class RewardSemantics(StrEnum):
+    """What a step's `reward` means, declared by each env family.
+
+    INCREMENT: the score this step earned; a path's return is the sum along it.
+    RUNNING: the episode's score so far (ScienceWorld's and TextWorld's running score); a
+    path's return is its last step's reward, never a sum."""
+
+    INCREMENT = "increment"
+    RUNNING = "running"
+
+    def path_return(self, parent_return: float, reward: float) -> float:
+        """The return of a path that extends a path of return `parent_return` by a step
+        of `reward`: the one definition every consumer of returns uses."""
+        return reward if self is RewardSemantics.RUNNING else parent_return + reward
+
+
 @dataclass(frozen=True)
 class Transition:
     observation: Observation
-    # Task score earned by this step, normalised to [0, 1] (1 = task solved).
-    # A negative score marks a disaster (the env broke or the agent did harm).
+    # The step's reward, normalised to [-1, 1] (1 = task solved), read by the family's
+    # RewardSemantics. A negative score marks a disaster (the env broke or the agent did harm).
     reward: float
     done: bool
     success: bool = False
@@ -41,6 +58,7 @@ class Env(ABC):
 
     family: ClassVar[str]
     can_snapshot: ClassVar[bool] = False
+    reward_semantics: ClassVar[RewardSemantics] = RewardSemantics.INCREMENT
 
     @property
     @abstractmethod

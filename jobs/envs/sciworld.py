@@ -48,7 +48,7 @@ import subprocess
 import threading
 
 from thicket.envs import register
-from thicket.envs.protocol import Observation, SyncEnv, Transition
+from thicket.envs.protocol import ActionFailed, Observation, RewardSemantics, SyncEnv, Transition
 
 SPLITS = ("train", "dev", "test", "all")
 
@@ -101,6 +101,10 @@ class _Simulator:
         self.env = ScienceWorldEnv("", envStepLimit=10**9)
         self.server = self.env.server
 
+    def alive(self) -> bool:
+        proc = getattr(self.env._gateway, "java_process", None)
+        return proc is None or proc.poll() is None
+
     def close(self) -> None:
         gateway = self.env._gateway
         with contextlib.suppress(Exception):
@@ -132,6 +136,7 @@ _SPLIT_CACHE: dict[tuple[str, str], tuple[int, ...]] = {}
 class ScienceWorldEnv(SyncEnv):
     family = "sciworld"
     can_snapshot = False
+    reward_semantics = RewardSemantics.RUNNING  # score/100 so far, at every step
 
     def __init__(
         self,
@@ -271,7 +276,20 @@ class ScienceWorldEnv(SyncEnv):
         return await asyncio.to_thread(self.reset_sync, task)
 
     async def step(self, action: str) -> Transition:
-        return await asyncio.to_thread(self.step_sync, action)
+        # Cancellation (a task timeout) reaches the await, not the thread: it passes through as is.
+        return await asyncio.to_thread(self._step_or_fail, action)
+
+    def _step_or_fail(self, action: str) -> Transition:
+        """step_sync, with any exception of the simulator (a py4j or Java error) raised as
+        ActionFailed, as SyncEnv.step does for in-process envs: the search keeps the action as
+        an error leaf and the tree goes on (its next move resets and replays). A JVM that
+        died is dropped, so that the next reset starts a fresh one."""
+        try:
+            return self.step_sync(action)
+        except Exception as err:
+            if self._sim is not None and not self._sim.alive():
+                self.close_sync()
+            raise ActionFailed(f"{self.family} raised {type(err).__name__} on {action[:80]!r}: {err}") from err
 
     async def close(self) -> None:
         await asyncio.to_thread(self.close_sync)

@@ -15,7 +15,7 @@ for AgentGym's textcraft server works with base URL http://host:port/textcraft; 
 makes the first family served.
 
 thicket's own routes: GET /health, /ready, /metrics (Prometheus text), /families;
-POST /describe {family, env_args} -> {instructions, can_snapshot}; POST /snapshot {id} ->
+POST /describe {family, env_args} -> {instructions, can_snapshot, reward_semantics}; POST /snapshot {id} ->
 {snapshot}; POST /restore {id, snapshot}.
 
 Snapshots stay server-side: a snapshot id names a state kept in its instance (at most

@@ -295,7 +295,8 @@ class EnvService:
         with env_errors(family):
             env = build_env(family, env_args)
         try:
-            payload = {"family": family, "instructions": env.instructions, "can_snapshot": env.can_snapshot}
+            payload = {"family": family, "instructions": env.instructions, "can_snapshot": env.can_snapshot,
+                       "reward_semantics": env.reward_semantics.value}
         finally:
             await env.close()
         return json_response(payload)

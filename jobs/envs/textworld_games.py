@@ -8,11 +8,31 @@ The default is a "custom" game (`tw-make custom --world-size 5 --nb-objects 10
 flags, e.g. {"rewards": "dense", "goal": "detailed"}) make those instead. A seed is kept
 only if the generator's walkthrough wins the game exactly at its last command (some
 seeds give names the parser finds ambiguous); otherwise the next candidate seed (task +
-k * 1,000,003) is tried, so `walkthrough` is always a gold path. Generation is
-deterministic across processes (the same files byte for byte) and takes ~2-5 s per game
-on 2 cores (Inform 7 compilation included); games are cached under `cache_dir` (default
-~/.cache/thicket/textworld, or $THICKET_TEXTWORLD_CACHE), in a folder named by a hash of
-the settings and the generator version, written atomically so workers can share it.
+k * 1,000,003) is tried, so `walkthrough` is always a gold path. Generation takes ~2-5 s
+per game on 2 cores (Inform 7 compilation included; the first game of a process ~10 s
+more: TextWorld parses its text grammars once). Custom and tw-treasure_hunter games are
+the same in every process; the game JSON of tw-cooking, tw-simple and tw-coin_collector
+varies with the process's string hash seed (PYTHONHASHSEED), so two processes may make
+different files for one task (cooking task 0: same opening and walkthrough). Games are
+cached under `cache_dir` (default ~/.cache/thicket/textworld, or
+$THICKET_TEXTWORLD_CACHE), in a folder named by a hash of the settings and the generator
+version, one folder per task (`task_N/game.z8` + `game.json`) published by one atomic
+rename, so worker processes can share the cache: the first complete game wins, and a
+game and its JSON always come from the same generation.
+
+Concurrency: resets run in threads (several trees, or several server instances, per
+process), but TextWorld is not thread-safe. textworld.logic and textworld.textgen each
+parse with one module-level tatsu parser that keeps its parse state (rule and state
+stacks, memo) on the parser object, so two parses at once corrupt each other (IndexError
+"pop from empty list", TypeError "'NoneType' object is not iterable", FailedParse). They
+parse while generating (knowledge base and text grammars) and while loading a game
+(textworld.start parses the game's logic the first time a process sees it). Both run
+under one process-wide lock (`_TEXTWORLD`); Inform 7 compilation (subprocesses) and play
+(each env has its own game objects and its own copy of jericho's frotz library) run
+outside it, and a game is generated once per process however many envs ask for it.
+Generation leaves sys.stdout alone: contextlib.redirect_stdout swaps the stdout of the
+whole process, and two generations overlapping in threads left it pointing at a dead
+StringIO (TextWorld prints nothing while generating these games).
 
 Valid actions are TextWorld's admissible commands (sorted); any other text goes to the
 parser as well. reward = score / max_score (the game's running score, so the last step
@@ -31,18 +51,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import io
 import json
+import logging
 import os
 import re
 import shutil
-import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from thicket.envs import register
-from thicket.envs.protocol import Observation, SyncEnv, Transition
+from thicket.envs.protocol import Observation, RewardSemantics, SyncEnv, Transition
+
+log = logging.getLogger("thicket.envs.textworld")
 
 INSTRUCTIONS = """\
 You are playing a TextWorld text adventure. The game describes where you are and gives
@@ -56,8 +81,9 @@ _FIXED = frozenset(
     {"_wrapped_env", "_jericho", "_game", "_inform7", "_gamefile", "gamefile", "request_infos", "_seed"}
 )
 MAX_SEED_ATTEMPTS = 20
-# Bump when the generation below changes: cached games of other versions are not reused.
-GENERATOR_VERSION = 2
+# Bump when the generation or the cache layout below changes: cached games of other
+# versions are not reused.
+GENERATOR_VERSION = 3
 _JERICHO_SEED = 1  # fixed interpreter seed (TextWorld's default, -1, draws one from the clock)
 
 
@@ -68,6 +94,31 @@ CHALLENGE_DEFAULTS: dict[str, dict[str, Any]] = {
     "tw-treasure_hunter": {"level": 1},
     "tw-cooking": {"recipe": 1, "take": 1, "go": 1, "open": True, "split": "train", "recipe_seed": 0},
 }
+
+
+# TextWorld's parsers are shared by every thread (see the module's docstring): whatever may
+# parse (generating a game, textworld.start) holds this lock. Never held across a step.
+_TEXTWORLD = threading.Lock()
+# One lock per game being generated in this process, so that two envs asking for the same
+# missing game generate it once (the second waits for the first, then loads its game).
+_GENERATING: dict[Path, threading.Lock] = {}
+_GENERATING_GUARD = threading.Lock()
+
+
+@contextlib.contextmanager
+def _generating(target: Path) -> Iterator[None]:
+    with _GENERATING_GUARD:
+        lock = _GENERATING.setdefault(target, threading.Lock())
+    with lock:
+        yield
+
+
+def _start(path: Path, infos: Any) -> Any:
+    """textworld.start (it parses the game's logic the first time this process sees it)."""
+    with _TEXTWORLD:
+        import textworld
+
+        return textworld.start(str(path), request_infos=infos)
 
 
 def default_cache_dir() -> Path:
@@ -127,16 +178,27 @@ def _make_game(settings: GameSettings, seed: int, path: Path) -> Any:
 
 
 def game_file(settings: GameSettings, task: int, cache_dir: Path) -> Path:
-    """The compiled game of task `task`, generating and caching it on first use."""
-    folder = cache_dir / settings.key
-    target = folder / f"task_{task}.z8"
-    if target.exists() and target.with_suffix(".json").exists():
-        return target
+    """The compiled game of task `task` (its JSON beside it), generating and caching it on
+    first use. Safe from several threads and several processes at once."""
+    target = cache_dir / settings.key / f"task_{task}"
+    game = target / "game.z8"
+    if not game.exists():
+        with _generating(target):
+            if not game.exists():  # another thread of this process may have made it meanwhile
+                _generate(settings, task, target)
+    return game
+
+
+def _generate(settings: GameSettings, task: int, target: Path) -> None:
     from textworld.generator import compile_game
     from textworld.generator.chaining import QuestGenerationError
 
-    folder.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".task_{task}.", dir=folder))
+    started = time.monotonic()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # A fresh folder per generation (mkdir honours the umask, so the published game is as
+    # readable as the cache folder), renamed to `target` once complete.
+    work = target.parent / f".{target.name}.{uuid.uuid4().hex}"
+    work.mkdir()
     try:
         problem = ""
         # A seed whose world admits no quest of the asked length, or whose walkthrough
@@ -146,29 +208,35 @@ def game_file(settings: GameSettings, task: int, cache_dir: Path) -> Path:
         for attempt in range(MAX_SEED_ATTEMPTS):
             seed = settings.seed_offset + task + attempt * 1_000_003
             try:
-                with contextlib.redirect_stdout(io.StringIO()):
+                with _TEXTWORLD:  # builds the world and its text: parses (see _TEXTWORLD)
                     game, options = _make_game(settings, seed, work / "game.z8")
             except QuestGenerationError as err:
                 problem = str(err)
                 continue
-            compile_game(game, options)
+            compile_game(game, options)  # Inform 7 and Inform 6 subprocesses: no lock
             if _walkthrough_wins(work / "game.z8"):
                 break
             problem = f"the walkthrough of seed {seed} does not win"
         else:
             raise RuntimeError(f"TextWorld could not generate task {task}: {problem}")
-        os.replace(work / "game.json", target.with_suffix(".json"))
-        os.replace(work / "game.z8", target)  # last: its presence means the pair is complete
+        try:
+            os.rename(work, target)  # atomic: the game and its JSON appear together
+        except OSError:
+            if not (target / "game.z8").exists():
+                raise
+            log.info("textworld: %s/%s: another process published it first; its copy is kept",
+                     target.parent.name, target.name)
+        else:
+            log.info("textworld: %s/%s generated (seed %d) in %.1f s",
+                     target.parent.name, target.name, seed, time.monotonic() - started)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return target
 
 
 def _walkthrough_wins(path: Path) -> bool:
-    import textworld
     from textworld import EnvInfos
 
-    env = textworld.start(str(path), request_infos=EnvInfos(won=True, extras=["walkthrough"]))
+    env = _start(path, EnvInfos(won=True, extras=["walkthrough"]))
     try:
         env.seed(_JERICHO_SEED)
         state = env.reset()
@@ -223,6 +291,7 @@ class TextWorldSnapshot:
 class TextWorldEnv(SyncEnv):
     family = "textworld"
     can_snapshot = True
+    reward_semantics = RewardSemantics.RUNNING  # score / max_score so far, at every step
 
     def __init__(self, settings: GameSettings | None = None, cache_dir: str | Path | None = None) -> None:
         self.settings = settings or GameSettings()
@@ -278,7 +347,6 @@ class TextWorldEnv(SyncEnv):
         path = game_file(self.settings, task, self.cache_dir)
         if self._tw is not None and self._loaded == path:
             return
-        import textworld
         from textworld import EnvInfos
 
         self.close_sync()
@@ -286,7 +354,7 @@ class TextWorldEnv(SyncEnv):
             admissible_commands=True, won=True, lost=True, score=True, max_score=True,
             moves=True, extras=["walkthrough"],
         )
-        self._tw = textworld.start(str(path), request_infos=infos)
+        self._tw = _start(path, infos)
         self._tw.seed(_JERICHO_SEED)
         self._loaded = path
 
@@ -324,8 +392,15 @@ class TextWorldEnv(SyncEnv):
         self._tw, self._loaded = None, None
 
     async def reset(self, task: int) -> Observation:
-        # The first reset of a task may generate its game (seconds): off the event loop.
+        # The first reset of a task may generate its game (seconds), and loading a game
+        # may wait for another env's generation: off the event loop.
         return await asyncio.to_thread(self.reset_sync, task)
+
+    async def restore(self, state: Any) -> None:
+        if self._tw is None or self._task is None or self._task != getattr(state, "task", None):
+            await asyncio.to_thread(self.restore_sync, state)  # it resets first: as reset
+        else:
+            self.restore_sync(state)
 
     async def close(self) -> None:
         self.close_sync()

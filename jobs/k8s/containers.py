@@ -23,7 +23,7 @@ from thicket.k8s.spec import EnvSidecar, Resources
 from thicket.k8s.vllm_memory import vllm_memory
 from thicket.logs import FORMAT_VARIABLE as LOG_FORMAT_VARIABLE
 from thicket.spec import SweepSpec
-from thicket.vllm_server import COMMON_ARGS
+from thicket.vllm_server import COMMON_ARGS, LOGPROBS_ARGS, without_logprobs_mode
 
 Obj = dict[str, Any]
 
@@ -184,8 +184,9 @@ def vllm_args(spec: SweepSpec) -> list[str]:
         "--host", LOCALHOST,  # the worker only: nothing outside the pod may use the GPU server
         "--port", str(c.vllm_port),
         *COMMON_ARGS,  # as `thicket run` starts vLLM: prefix caching, cached_tokens in usage
+        *LOGPROBS_ARGS,  # the logprobs the rows store: of the distribution each token was sampled from
     ]
-    extra = [a for a in c.vllm_args if a not in COMMON_ARGS]
+    extra = [a for a in without_logprobs_mode(c.vllm_args) if a not in COMMON_ARGS]
     flags = {a.split("=", 1)[0] for a in extra}
     if c.gpus > 1 and not flags & {"--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp"}:
         args += ["--tensor-parallel-size", str(c.gpus)]

@@ -29,6 +29,7 @@ from thicket.k8s.values import (
     parse_quantity,
     qualified_name,
 )
+from thicket.vllm_server import logprobs_mode_problem
 
 REGISTRY = "ghcr.io/thicket"
 VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"  # pinned: the GPU build the worker is tested against
@@ -307,6 +308,8 @@ class ClusterSpec(ClusterModel):
                 raise ValueError("prefix caching is always on: remove --no-enable-prefix-caching")
             if flag in MANAGED_VLLM_FLAGS:
                 raise ValueError(f"{flag} is set by thicket (use cluster.model / cluster.vllm_port)")
+        if problem := logprobs_mode_problem(value):
+            raise ValueError(problem)
         return value
 
     @model_validator(mode="after")

@@ -23,6 +23,11 @@ class Reply:
     token_ids: list[int] = field(default_factory=list)  # sampled ids, in order
     logprobs: list[float] = field(default_factory=list)  # aligned with token_ids
     action_token_start: int = -1  # index in token_ids where the action begins (-1: unknown)
+    # token_ids[prefill_start:prefill_start + prefill_len] were prefilled, not sampled (the action
+    # mark act() puts after a cut thought), with logprob 0.0; prefill_len -1: a prefill whose ids are
+    # not known exactly (the reply's ids are then not what the model saw, and no token row uses them)
+    prefill_start: int = -1
+    prefill_len: int = 0
     prompt_token_ids: list[int] | None = None  # the prompt this reply was sampled from
     finish_reason: str = "stop"
     constrained: bool = False  # the action was forced into the env's valid actions
@@ -75,7 +80,8 @@ class Policy(ABC):
         temperature: float | None = None,
     ) -> Reply:
         """Complete a thought with an action; returns the whole turn (thought + action).
-        (propose uses it for a reply that its token budget cut before the action.)"""
+        `thought.text` is the assistant text so far and `thought.token_ids` its sampled ids
+        (propose uses it for a reply that its token budget cut before the action)."""
 
     async def start(self) -> None:
         """Check the policy can serve (server reachable, model served)."""

@@ -75,6 +75,7 @@ class OpenAIPolicy(Policy):
         self._bodies = RequestBodies(config)
         self.base_url = self._server.base_url
         self.renders_once = False  # start() sets it: the server renders prompts (/tokenize) and render_once is on
+        self._text_id_cache: dict[str, list[int]] = {}
 
     async def close(self) -> None:
         await self._server.close()
@@ -176,17 +177,19 @@ class OpenAIPolicy(Policy):
         """One propose request; a reply cut before its action gets one from act()."""
         sample = await self._generate(messages, body, prompt=prompt)
         reply = _full_reply(sample, body["seed"], body["temperature"], bool(constrained_to))
-        return await self._with_action(messages, reply, constrained_to) if constrained_to else reply
+        if constrained_to and _cut_before_action(reply, constrained_to):
+            return await self._with_action(messages, sample, reply, constrained_to)
+        return reply
 
-    async def _with_action(self, messages: Messages, reply: Reply, valid_actions: tuple[str, ...]) -> Reply:
+    async def _with_action(self, messages: Messages, sample: Sample, reply: Reply,
+                           valid_actions: tuple[str, ...]) -> Reply:
         """A constrained reply that the token budget cut before its action (an unbounded thought
         that ran on) gets its action from act(), as a thought: its tokens before the one that
-        reaches "Action:" (if it got there) are kept. Its usage is added to act()'s."""
-        if not _cut_before_action(reply, valid_actions):
-            return reply
+        reaches "Action:" (if it got there) are kept, with their text. Its usage is added to act()'s."""
         reached = "\nAction:" in reply.text and reply.action_token_start >= 0
-        keep = reply.action_token_start if reached else len(reply.token_ids)
-        thought = replace(reply, token_ids=reply.token_ids[:keep], logprobs=reply.logprobs[:keep])
+        keep, text = await self._kept_thought(sample, reply.action_token_start if reached else len(reply.token_ids))
+        thought = replace(reply, text=text, thought=prompts.parse_reply(text)[0],
+                          token_ids=reply.token_ids[:keep], logprobs=reply.logprobs[:keep])
         log.debug("constrained reply cut by its token budget before its action; act() chooses it")
         metrics.CUT_REPLIES.inc()
         completed = await self.act(messages, thought, valid_actions=valid_actions, seed=reply.seed,
@@ -204,25 +207,76 @@ class OpenAIPolicy(Policy):
         seed: int,
         temperature: float | None = None,
     ) -> Reply:
-        """Complete a thought with an action. token_ids = the thought's ids + the action's
-        (with its eos, as in propose); the prefilled "\\nAction: " between them was not
-        sampled and is not in them. prompt_token_ids are the thought's prompt."""
+        """Complete a thought with an action: the thought's text, the action mark (prefilled:
+        "\\nAction: ", or "Action: " after a newline), then one sampled action line. The turn's
+        text is exactly that, and its token_ids are the ids the model saw, in order: the thought's
+        sampled ids, the mark's (not sampled: logprob 0.0, prefill_start / prefill_len say where),
+        the action's (with its eos, as in propose). prompt_token_ids are the thought's prompt.
+
+        With prompts rendered once, the action's prompt is built from ids (the thought's prompt,
+        its sampled ids, the mark's ids), so the model continues its own tokens; else the server
+        renders the prefilled message, and if that re-tokenized the thought, prefill_len is -1."""
         constrained = self._bodies.constrained(valid_actions)
-        prefill = [*messages, {"role": "assistant", "content": prompts.thought_prefix(thought.thought)}]
+        mark = "Action: " if thought.text.endswith("\n") else "\nAction: "
+        prefilled = [*messages, {"role": "assistant", "content": thought.text + mark}]
+        before = (thought.prompt_token_ids or []) + thought.token_ids  # the ids the mark follows
+        prompt = None
+        if self.renders_once and thought.prompt_token_ids is not None:
+            prompt = Prompt(prefilled, before + await self._text_ids(mark), continues=True)
         body = self._bodies.action(seed, temperature, valid_actions, constrained)
-        sample = await self._generate(prefill, body, continues=True)
-        action = sample.text.strip()
+        sample = await self._generate(prefilled, body, continues=True, prompt=prompt)
+        seen = sample.prompt_token_ids
+        exact = thought.prompt_token_ids is not None and seen is not None and seen[: len(before)] == before
+        mark_ids = seen[len(before):] if exact and seen is not None else []
         keep = sample.text_token_count
+        text = thought.text + mark + sample.text
+        reasoning, action = prompts.parse_reply(text)
         return replace(
             _full_reply(sample, seed, body["temperature"], constrained),  # the request's reason, usage, latency
-            text=prompts.turn(thought.thought, action),
-            thought=thought.thought,
+            text=text,
+            thought=reasoning,
             action=action,
-            token_ids=[*thought.token_ids, *sample.token_ids[:keep]],
-            logprobs=[*thought.logprobs, *sample.logprobs[:keep]],
+            token_ids=[*thought.token_ids, *mark_ids, *sample.token_ids[:keep]],
+            logprobs=[*thought.logprobs, *[0.0] * len(mark_ids), *sample.logprobs[:keep]],
             action_token_start=len(thought.token_ids),
+            prefill_start=len(thought.token_ids),
+            prefill_len=len(mark_ids) if exact else -1,
             prompt_token_ids=thought.prompt_token_ids,
         )
+
+    async def _kept_thought(self, sample: Sample, keep: int) -> tuple[int, str]:
+        """(how many of the sample's first `keep` tokens to keep, their text): without the tokens
+        of a character the budget cut in its middle (their bytes spell no text yet). The text is
+        the server's decoding of the ids where it detokenizes (vLLM), else the tokens' texts."""
+        if self.renders_once:
+            text = await self._decoded(sample.token_ids[:keep])
+            while keep and text.endswith("\ufffd"):
+                keep -= 1
+                text = await self._decoded(sample.token_ids[:keep])
+            return keep, text
+        while keep and (not sample.tokens[keep - 1] or "\ufffd" in sample.tokens[keep - 1]):
+            keep -= 1
+        text = "".join(sample.tokens[:keep])
+        return (keep, text) if sample.text.startswith(text) else (0, "")
+
+    async def _decoded(self, ids: list[int]) -> str:
+        if not ids:
+            return ""
+        data = generated(await self._server.send("POST", "/detokenize", {"model": self.config.model, "tokens": ids}))
+        text = data.get("prompt")
+        if not isinstance(text, str):
+            raise Unavailable(f"the policy server's /detokenize answered without a text: {str(data)[:300]}")
+        return text
+
+    async def _text_ids(self, text: str) -> list[int]:
+        """The ids of `text` as the server's tokenizer spells it (cached: act() asks for two marks)."""
+        if text not in self._text_id_cache:
+            data = generated(await self._server.send("POST", "/tokenize", self._bodies.tokenize_text(text)))
+            ids = data.get("tokens")
+            if not isinstance(ids, list):
+                raise Unavailable(f"the policy server's /tokenize answered without token ids: {str(data)[:300]}")
+            self._text_id_cache[text] = [int(i) for i in ids]
+        return self._text_id_cache[text]
 
 
 def _full_reply(sample: Sample, seed: int, temperature: float, constrained: bool) -> Reply:

@@ -39,11 +39,6 @@ def turn(thought: str, action: str) -> str:
     return f"Thought: {thought}\nAction: {action}"
 
 
-def thought_prefix(thought: str) -> str:
-    """The assistant text an action is completed from (act(), for a reply cut before its action)."""
-    return f"Thought: {thought}\nAction: "
-
-
 def action_mark(text: str) -> re.Match[str] | None:
     """Where a reply's action starts: its first line that begins with "Action:", else (a
     one-line reply) its first "Action:". A thought may itself say "...action: x" (a random

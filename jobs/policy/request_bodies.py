@@ -100,6 +100,10 @@ class RequestBodies:
         return {"model": self.config.model, "messages": messages, "add_generation_prompt": not continues,
                 "continue_final_message": continues, **self._render_extra}
 
+    def tokenize_text(self, text: str) -> dict[str, Any]:
+        """The /tokenize request for plain text, as it would continue a prompt (no special tokens)."""
+        return {"model": self.config.model, "prompt": text, "add_special_tokens": False}
+
     def generation(self, prompt: Prompt, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         """(path from the API root, payload) of one sample of the prompt with these sampling
         fields: /completions on its ids, or /chat/completions on its messages."""

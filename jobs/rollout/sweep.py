@@ -7,12 +7,11 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-import yaml
-
 from thicket import metrics
 from thicket.errors import DeadlineExceeded, ThicketError, Unavailable
 from thicket.rollout.envs import open_envs
 from thicket.rollout.served_policy import serve_policy
+from thicket.rollout.spec_record import record_spec
 from thicket.rollout.worker import TaskStatus, Worker, WorkerReport
 from thicket.spec import SweepSpec
 from thicket.storage import open_store
@@ -51,17 +50,20 @@ class RunSummary:
         return out
 
 
-def checked_store(spec: SweepSpec) -> Store:
-    """The sweep's store, its bucket and credentials checked (before any model or LLM work)."""
+def checked_store(spec: SweepSpec, allow_spec_change: bool = False) -> Store:
+    """The sweep's store, its bucket and credentials checked (before any model or LLM work), and
+    `spec` checked against its stored spec.yaml (written on the first run): see record_spec."""
     store = open_store(spec.sweep_uri, spec.storage.settings())
     store.check()
+    record_spec(store, spec, allow_spec_change)
     return store
 
 
-async def run_tasks(spec: SweepSpec, tasks: list[int], progress: bool = True, store: Store | None = None) -> RunSummary:
-    """Grow and commit `tasks`; `store`: the sweep's store, already checked (default: open and check it)."""
-    store = store or checked_store(spec)
-    store.put("spec.yaml", yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False).encode(), if_absent=True)
+async def run_tasks(spec: SweepSpec, tasks: list[int], progress: bool = True, store: Store | None = None,
+                    allow_spec_change: bool = False) -> RunSummary:
+    """Grow and commit `tasks`; `store`: the sweep's store from checked_store (default: open and
+    check it here, with `allow_spec_change`)."""
+    store = store or checked_store(spec, allow_spec_change)
     async with open_envs(spec.tasks) as new_env, serve_policy(spec.policy) as served:
         before = await cache_counters(served.base_url)
         worker = Worker(spec, served.policy, store, served.model_name, progress=progress and spec.run.progress,

@@ -6,7 +6,7 @@ import hashlib
 import time
 from dataclasses import dataclass, field
 
-from thicket.envs.protocol import ActionFailed, Env, Observation, Transition
+from thicket.envs.protocol import ActionFailed, Env, Observation, RewardSemantics, Transition
 from thicket.policy import prompts
 from thicket.policy.base import Messages, Policy, Reply
 from thicket.search.cursor import EnvCursor
@@ -37,6 +37,7 @@ class Expander:
     max_llm_calls: int | None = None
     llm_requests: int = 0  # proposes (each of n sampled replies)
     llm_calls: int = 0  # sampled replies, each one LLM request
+    unstepped: int = 0  # replies asked for or in hand, not stepped yet: each will be a node
     _messages: dict[Node, Messages] = field(default_factory=dict)
 
     @classmethod
@@ -44,7 +45,7 @@ class Expander:
                    guard: ContentGuard | None = None, **settings) -> Expander:
         cursor = EnvCursor(env, task, guard)
         observation = await cursor.reset()
-        tree = Tree.start(task, observation, seed)
+        tree = Tree.start(task, observation, seed, env.reward_semantics)
         await cursor.remember(tree.root)
         return cls(tree=tree, cursor=cursor, policy=policy, instructions=env.instructions, **settings)
 
@@ -70,25 +71,41 @@ class Expander:
     def calls_left(self) -> int | None:
         return None if self.max_llm_calls is None else max(self.max_llm_calls - self.llm_calls, 0)
 
+    def affordable(self) -> int:
+        """Replies the budgets still pay for: LLM calls left, and nodes left once every reply
+        asked for or in hand is stepped (each becomes a node)."""
+        nodes = max(self.max_nodes - self.tree.size - self.unstepped, 0)
+        calls = self.calls_left()
+        return nodes if calls is None else min(nodes, calls)
+
     def over_budget(self) -> bool:
-        return self.tree.size >= self.max_nodes or self.calls_left() == 0
+        return self.affordable() == 0
 
     async def propose(self, node: Node, n: int, *, temperature: float | None = None,
                       salt: tuple[object, ...] = ("",)) -> list[Reply]:
-        """n replies sampled at `node` (fewer where the LLM-call budget is nearly spent), counted.
-        The calls are counted before they are made, so proposes in flight together keep to the budget."""
-        left = self.calls_left()
-        asked = n if left is None else min(n, left)
+        """n replies sampled at `node` (fewer where a budget is nearly spent), counted. The calls
+        and the nodes they will make are counted before the calls are made, so proposes in
+        flight together keep to the budgets, and every reply that comes back can be stepped:
+        the caller steps each (step_all, step), none is dropped for the budget."""
+        asked = min(n, self.affordable())
+        if asked == 0:
+            return []
         self.llm_calls += asked
-        replies = await self.policy.propose(
-            self.messages(node),
-            asked,
-            valid_actions=node.observation.valid_actions,
-            seed=self.seed_for(node, *salt),
-            temperature=temperature,
-        )
+        self.unstepped += asked
+        try:
+            replies = await self.policy.propose(
+                self.messages(node),
+                asked,
+                valid_actions=node.observation.valid_actions,
+                seed=self.seed_for(node, *salt),
+                temperature=temperature,
+            )
+        except BaseException:
+            self.unstepped -= asked
+            raise
         self.llm_requests += 1
         self.llm_calls += len(replies) - asked
+        self.unstepped += len(replies) - asked
         node.llm_calls += len(replies)
         node.llm_tokens += sum(len(reply.token_ids) for reply in replies)
         return replies
@@ -101,18 +118,21 @@ class Expander:
         return await self.step_all(node, await self.propose(node, n, temperature=temperature, salt=(salt,)))
 
     async def step_all(self, node: Node, replies: list[Reply]) -> list[Node]:
+        """Step every reply (a reply whose text repeats a sibling's is dropped where dedupe is on,
+        as Agent-R drops duplicate samples: it was paid for, and counted in node.llm_calls)."""
         seen = {c.reply.text for c in node.children if c.reply is not None}
         children = []
         for reply in replies:
             if self.dedupe and reply.text in seen:
+                self.unstepped -= 1
                 continue
             seen.add(reply.text)
-            if self.over_budget():
-                break
             children.append(await self.step(node, reply))
         return children
 
     async def step(self, node: Node, reply: Reply, label: int = -1) -> Node:
+        """Step `reply` from `node`'s state: a new child (an error leaf where the env failed)."""
+        self.unstepped -= 1
         self.cursor.guard.reply(reply, node.observation.valid_actions)
         async with self.cursor.lock:
             started = time.perf_counter()
@@ -128,11 +148,13 @@ class Expander:
         return child
 
     def _error_leaf(self, node: Node, reply: Reply, label: int, error: str, started: float) -> Node:
-        """The action the env failed on, kept as a leaf whose stop reason says so."""
+        """The action the env failed on, kept as a leaf whose stop reason says so. It earned
+        nothing: its path's return is its parent's (a running score stays where it was)."""
         self.cursor.guard.faults[Fault.ACTION_FAILED] += 1
         observation = Observation(f"[the environment failed on this action: {error[:500]}]")
         env_ms = (time.perf_counter() - started) * 1000
-        child = self.tree.add_child(node, reply, Transition(observation, 0.0, True), env_ms)
+        unchanged = node.reward if self.tree.reward_semantics is RewardSemantics.RUNNING else 0.0
+        child = self.tree.add_child(node, reply, Transition(observation, unchanged, True), env_ms)
         child.label = label
         child.close(StopReason.ERROR)
         return child

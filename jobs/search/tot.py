@@ -2,7 +2,13 @@
 thought (each thought and its action in one sample: one propose of `branching` samples,
 the action sampled after its thought as in two requests, with no re-tokenized thought
 between them); breadth-first to the depth limit, keeping at most `beam` open nodes per
-level (a seeded random choice). Node values are the mean of their children's."""
+level, those an evaluator values most (ToT's breadth-first search with a state
+evaluator). `beam_score` names the evaluator:
+  progress: the env's own progress, the path's return so far (a running score, or the
+    rewards earned); ties (on sparse-reward envs, every open node scores 0 until the
+    end) are broken by a seeded random choice;
+  random: a seeded random choice, no evaluator.
+Pruned nodes stop as PRUNED. Node values are the mean of their children's."""
 
 from __future__ import annotations
 
@@ -14,13 +20,15 @@ from pydantic import Field
 
 from thicket.search.expand import Expander, close_open_leaves
 from thicket.search.params import SearchParams
-from thicket.search.tree import StopReason, average_values
+from thicket.search.tree import Node, StopReason, average_values
 
 
 class ToTParams(SearchParams):
     algorithm: Literal["tot"] = "tot"
     branching: int = Field(3, ge=1, le=64, description="thoughts sampled per node")
     beam: int | None = Field(None, ge=1, description="open nodes kept per level (None: all)")
+    beam_score: Literal["progress", "random"] = Field(
+        "progress", description="which open nodes the beam keeps: the most progress (path return so far), or random")
 
 
 async def run(expander: Expander, params: ToTParams) -> None:
@@ -31,10 +39,19 @@ async def run(expander: Expander, params: ToTParams) -> None:
                                for node in frontier))
         frontier = [c for node in frontier for c in node.children if not c.terminal]
         if params.beam is not None and len(frontier) > params.beam:
-            kept = set(rng.sample(range(len(frontier)), params.beam))
-            for i, node in enumerate(frontier):
-                if i not in kept:
-                    node.close(StopReason.BUDGET)
-            frontier = [node for i, node in enumerate(frontier) if i in kept]
+            frontier = keep_beam(frontier, params, rng)
     close_open_leaves(expander.tree, StopReason.BUDGET)
     average_values(expander.tree.root)
+
+
+def keep_beam(frontier: list[Node], params: ToTParams, rng: random.Random) -> list[Node]:
+    """The `beam` best open nodes by `beam_score` (in frontier order); the others are pruned."""
+    order = list(range(len(frontier)))
+    rng.shuffle(order)  # the tie-break (and, for random, the choice)
+    if params.beam_score == "progress":
+        order.sort(key=lambda i: -frontier[i].path_return)  # stable: ties keep their shuffled order
+    kept = set(order[: params.beam])
+    for i, node in enumerate(frontier):
+        if i not in kept:
+            node.close(StopReason.PRUNED)
+    return [node for i, node in enumerate(frontier) if i in kept]

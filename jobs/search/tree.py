@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from thicket.envs.protocol import Observation, Transition
+from thicket.envs.protocol import Observation, RewardSemantics, Transition
 from thicket.policy.base import Reply
 
 
@@ -23,7 +23,19 @@ class StopReason(StrEnum):
     TIMEOUT = "timeout"
     ERROR = "error"  # the policy or env failed here; never a silent zero-reward success
     EXHAUSTED = "exhausted"  # every child is terminal (MCTS closes such nodes)
+    PRUNED = "pruned"  # a beam search kept other nodes of its level (ToT's beam)
     DISASTER = "disaster"  # the env gave a negative score (scored 0)
+
+    @property
+    def evaluated(self) -> bool:
+        """Whether a leaf that stopped so has a known score: the episode ended or reached the
+        depth limit. Leaves cut by the budget, a timeout or an error (the env's or the
+        policy's) carry no evidence about their path: no search backs them up and no
+        dataset pairs them. The one rule for every search and dataset."""
+        return self in EVALUATED
+
+
+EVALUATED = frozenset({StopReason.DONE, StopReason.DEPTH_LIMIT, StopReason.DISASTER})
 
 
 @dataclass(eq=False)
@@ -34,6 +46,7 @@ class Node:
     observation: Observation
     reply: Reply | None = None  # the turn that led here (None at the root)
     reward: float = 0.0
+    path_return: float = 0.0  # the return of the root-to-here path, by the env's RewardSemantics
     done: bool = False
     success: bool = False
     label: int = -1  # dense search: the child label that generated this node
@@ -90,10 +103,13 @@ class Tree:
     root: Node
     seed: int
     size: int = 1  # nodes so far
+    reward_semantics: RewardSemantics = RewardSemantics.INCREMENT
 
     @classmethod
-    def start(cls, task: int, observation: Observation, seed: int) -> Tree:
-        return cls(task=task, root=Node(parent=None, index=0, depth=0, observation=observation), seed=seed)
+    def start(cls, task: int, observation: Observation, seed: int,
+              reward_semantics: RewardSemantics = RewardSemantics.INCREMENT) -> Tree:
+        root = Node(parent=None, index=0, depth=0, observation=observation)
+        return cls(task=task, root=root, seed=seed, reward_semantics=reward_semantics)
 
     def add_child(self, parent: Node, reply: Reply, transition: Transition, env_ms: float = 0.0) -> Node:
         child = Node(
@@ -103,6 +119,7 @@ class Tree:
             observation=transition.observation,
             reply=reply,
             reward=transition.reward,
+            path_return=self.reward_semantics.path_return(parent.path_return, transition.reward),
             done=transition.done,
             success=transition.success,
             env_ms=env_ms,
@@ -158,15 +175,15 @@ def average_values(root: Node) -> None:
 
 
 def leaf_score(node: Node) -> float:
-    """A terminal node's value: its env score, with disasters scored 0."""
-    return max(node.reward, 0.0)
+    """A terminal node's value: its path's return, with disasters scored 0."""
+    return max(node.path_return, 0.0)
 
 
 def refresh_value(node: Node) -> None:
-    """Mean over evaluated children (visits > 0); an evaluated leaf scores its reward.
-    Unfinished leaves (open, cut by budget or timeout) carry no evidence: visits 0."""
+    """Mean over evaluated children (visits > 0); an evaluated leaf scores its path's return.
+    Unfinished leaves (open, cut by budget, timeout or an error) carry no evidence: visits 0."""
     if not node.children:
-        evaluated = node.stop in (StopReason.DONE, StopReason.DEPTH_LIMIT, StopReason.DISASTER)
+        evaluated = node.stop.evaluated
         node.visits = 1 if evaluated else 0
         node.value_mean = leaf_score(node) if evaluated else 0.0
         return

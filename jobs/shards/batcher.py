@@ -3,8 +3,9 @@ thicket.shards.storage.write_shards), each still committed by its own marker.
 
 A batch is written once `max_trees` trees wait, once the oldest has waited `max_wait_s`,
 or when flush() says no more trees are coming. A tree counts as committed only when its
-batch is written; trees still waiting when the process dies were never committed, so a
-rerun grows them again (nothing half-written is ever visible).
+batch's data file is written and then its own marker put (a marker the store fails leaves
+that tree alone uncommitted); trees still waiting when the process dies were never committed,
+so a rerun grows them again (nothing half-written is ever visible).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from thicket.shards.storage import CommitStatus, write_shards
+from thicket.shards.storage import CommitStatus, PartlyCommitted, write_shards
 from thicket.storage.store import Store
 
 log = logging.getLogger("thicket.rollout.worker")
@@ -41,7 +42,7 @@ class ShardBatcher:
 
     def add(self, task: int, table: pa.Table) -> asyncio.Future[CommitStatus]:
         """Queue a tree; the future gets its commit status once its batch is written (or the
-        write's error)."""
+        error that left it uncommitted: the data file's, or its own marker's)."""
         loop = asyncio.get_running_loop()
         waiting = _Waiting(task, table, loop.create_future())
         self._waiting.append(waiting)
@@ -72,15 +73,24 @@ class ShardBatcher:
     async def _write(self, batch: list[_Waiting]) -> None:
         started = time.perf_counter()
         trees = [(w.task, w.table) for w in batch]
+        errors: dict[int, Exception] = {}
         try:
             statuses = await asyncio.to_thread(write_shards, self.store, trees, self.writer)
-        except Exception as err:  # each waiting tree's task reports it
+        except PartlyCommitted as partly:  # each tree its own outcome: committed, or its marker's error
+            statuses, errors = partly.statuses, partly.errors
+            log.warning("%s", partly, extra={"trees": len(batch), "failed": len(errors), "writer": self.writer})
+        except Exception as err:  # the data file was not written: each waiting tree's task reports it
             for w in batch:
                 if not w.committed.done():
                     w.committed.set_exception(err)
             return
-        log.debug("%d tree(s) written in one data file in %.2f s", len(batch), time.perf_counter() - started,
-                  extra={"trees": len(batch), "nodes": sum(t.num_rows for _, t in trees), "writer": self.writer})
+        else:
+            log.debug("%d tree(s) written in one data file in %.2f s", len(batch), time.perf_counter() - started,
+                      extra={"trees": len(batch), "nodes": sum(t.num_rows for _, t in trees), "writer": self.writer})
         for w in batch:
-            if not w.committed.done():
+            if w.committed.done():
+                continue
+            if w.task in errors:
+                w.committed.set_exception(errors[w.task])
+            else:
                 w.committed.set_result(statuses[w.task])

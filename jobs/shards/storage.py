@@ -60,6 +60,10 @@ TREE_SCHEMA = pa.schema(
         ("token_ids", pa.list_(pa.int32())),  # sampled ids of the reply
         ("logprobs", pa.list_(pa.float32())),  # aligned with token_ids
         ("action_token_start", pa.int32()),
+        # token_ids[prefill_start:prefill_start + prefill_len] were prefilled, not sampled (logprob
+        # 0.0); prefill_len -1: ids of a prefill not known exactly. Null in older shards
+        ("prefill_start", pa.int32()),
+        ("prefill_len", pa.int32()),
         # The prompt this node's children are sampled from, as token ids:
         # ctx(node) = (ctx(parent) + token_ids(node))[:context_prefix_len] + context_suffix_ids
         ("context_prefix_len", pa.int32()),  # -1: never sent (a leaf)
@@ -71,6 +75,10 @@ TREE_SCHEMA = pa.schema(
         ("temperature", pa.float32()),
         ("sample_seed", pa.int64()),
         ("reward", pa.float32()),
+        # the root-to-node path's return by the env's reward semantics (increment: the sum of
+        # rewards; running: this node's reward, the score so far); null in older shards
+        ("path_return", pa.float32()),
+        ("reward_semantics", pa.string()),  # increment | running (the env family's)
         ("done", pa.bool_()),
         ("success", pa.bool_()),
         ("terminal", pa.bool_()),
@@ -182,10 +190,26 @@ def write_shard(store: Store, task: int, table: pa.Table, writer: str) -> Commit
     return CommitStatus.ALREADY_COMMITTED
 
 
+class PartlyCommitted(Exception):
+    """Some markers of a batch could not be put (the store failed them after its retries):
+    `statuses` holds the trees whose markers were put (or another writer's found), `errors` the
+    others, which are not committed (a rerun grows them)."""
+
+    def __init__(self, statuses: dict[int, CommitStatus], errors: dict[int, Exception]) -> None:
+        failed = ", ".join(f"{task} ({type(err).__name__}: {err})" for task, err in sorted(errors.items()))
+        super().__init__(f"{len(errors)} of {len(statuses) + len(errors)} commit markers not put: tasks {failed}")
+        self.statuses = statuses
+        self.errors = errors
+
+
 def write_shards(store: Store, trees: Sequence[tuple[int, pa.Table]], writer: str) -> dict[int, CommitStatus]:
     """Several trees in one data file (in task order), each committed by its own marker
     (put-if-absent); each task's status. One tree: write_shard. A tree that another writer
-    committed first stays in the file, unread; a file holding no committed tree is deleted."""
+    committed first stays in the file, unread; a file holding no committed tree is deleted.
+    The markers are put at once, each on its own: if the store fails some, PartlyCommitted says
+    which trees were committed and which were not (a failure to put the data file fails them all)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     if len(trees) == 1:
         return {trees[0][0]: write_shard(store, *trees[0], writer)}
     trees = sorted(trees, key=lambda item: item[0])
@@ -197,13 +221,25 @@ def write_shards(store: Store, trees: Sequence[tuple[int, pa.Table]], writer: st
     digest = hashlib.sha256(data).hexdigest()
     key = batch_key(tasks, digest, table.num_rows)
     store.put(key, data)
-    statuses: dict[int, CommitStatus] = {}
-    start, now = 0, time.time()
+    markers, start, now = [], 0, time.time()
     for task, tree in trees:
-        marker = CommitMarker(task, key, digest, tree.num_rows, len(data), writer, now, row_start=start)
-        won = store.put(commit_key(task), marker.to_json(), if_absent=True)
-        statuses[task] = CommitStatus.COMMITTED if won else CommitStatus.ALREADY_COMMITTED
+        markers.append(CommitMarker(task, key, digest, tree.num_rows, len(data), writer, now, row_start=start))
         start += tree.num_rows
+
+    def put_marker(marker: CommitMarker) -> bool | Exception:
+        try:
+            return store.put(commit_key(marker.task), marker.to_json(), if_absent=True)
+        except Exception as err:  # this tree is not committed; the others go on
+            return err
+
+    # At once: a store that fails every put costs its retry deadline once, not once per tree.
+    with ThreadPoolExecutor(min(len(markers), 16), thread_name_prefix="store-commit") as pool:
+        results = dict(zip(tasks, pool.map(put_marker, markers), strict=True))
+    errors = {task: won for task, won in results.items() if isinstance(won, Exception)}
+    statuses = {task: CommitStatus.COMMITTED if won else CommitStatus.ALREADY_COMMITTED
+                for task, won in results.items() if not isinstance(won, Exception)}
+    if errors:  # the data file stays: a marker whose put failed may yet have landed
+        raise PartlyCommitted(statuses, errors)
     if CommitStatus.COMMITTED not in statuses.values():
         winners = [read_marker(store, task) for task in tasks]
         if all(w is None or w.data_key != key for w in winners):  # identical bytes share one key

@@ -67,3 +67,43 @@ def test_a_sweep_pulled_from_s3_loads_by_name_and_pull_says_which_are_empty(s3_s
     assert "empty (no rows, no files): sft, sft_fastchat" in pulled.stdout
     ds = datasets.load_dataset(str(dest / "datasets"), "dpo", split="train", cache_dir=str(tmp_path / "hf"))
     assert len(ds) == rows["dpo"] > 0
+
+
+FROZENLAKE = """\
+name: card-default
+tasks: {env: frozenlake, env_args: {size: 4, is_slippery: false}, start: 0, stop: 2}
+search: {algorithm: mcts, iterations: 12, max_depth: 12}
+policy: {kind: uniform}
+output: out
+seed: 0
+"""
+
+
+def test_a_run_s_datasets_load_without_a_config_name_as_sft(tmp_path):
+    (tmp_path / "spec.yaml").write_text(FROZENLAKE)
+    run = subprocess.run([THICKET, "run", "spec.yaml", "--no-progress"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = tmp_path / "out" / "card-default" / "datasets"
+    rows = json.loads((out / "_SUCCESS.json").read_text())["datasets"]
+    assert rows["sft"] > 0 and rows["dpo"] > 0
+    cache = str(tmp_path / "hf")
+    default = datasets.load_dataset(str(out), split="train", cache_dir=cache)  # no config name
+    assert len(default) == rows["sft"] and "messages" in default.column_names
+    card = (out / "README.md").read_text()
+    marked = [c["config_name"] for c in front_matter(card)["configs"] if c.get("default")]
+    assert marked == ["sft"] and "The default config is `sft`: `datasets.load_dataset(FOLDER" in card
+    dpo = datasets.load_dataset(str(out), "dpo", split="train", cache_dir=cache)
+    assert len(dpo) == rows["dpo"] and {"prompt", "chosen", "rejected"} <= set(dpo.column_names)
+
+
+def test_without_sft_rows_the_first_non_empty_dataset_is_the_default(tmp_path):
+    sweep = synthetic_sweep(tmp_path, datasets=NO_SFT)
+    aggregate(str(sweep), workers=0)
+    out = sweep / "datasets"
+    rows = json.loads((out / "_SUCCESS.json").read_text())["datasets"]
+    default = datasets.load_dataset(str(out), split="train", cache_dir=str(tmp_path / "hf"))
+    assert len(default) == rows["dpo"] > 0 and "chosen" in default.column_names
+    card = (out / "README.md").read_text()
+    assert [c["config_name"] for c in front_matter(card)["configs"] if c.get("default")] == ["dpo"]
+    assert "The default config is `dpo` (`sft` is empty: the first non-empty dataset)" in card

@@ -1,22 +1,40 @@
-"""The DPO dataset over random trees: every pair shares its prompt and meets the gap; pairs from
-the cut grid of ranked leaves are those of the whole grid; observations are flagged out of the
-scored part, and the first-turn variant holds none."""
+"""The DPO datasets over random trees, against oracles written from the methods' definitions
+(ETO's trajectory pairs, DensePolicy's sibling pairs) over the trees' plain rows:
+
+- every `dpo` pair shares its prompt; a trajectory pair is an evaluated success over an
+  evaluated failure with a lower return (the path's return by the tree's reward semantics,
+  recomputed here from the rewards), a step pair two evaluated siblings whose values differ by
+  at least beta, the higher one chosen; every such sibling pair is there;
+- `dpo_first_turn` holds each pair of steps where `dpo` pairs part once, oriented by the two
+  steps' own values (not by the pair it came from), with those values as rewards;
+- across a whole aggregated sweep, no prompt carries A over B and B over A, and no row repeats.
+"""
 
 from __future__ import annotations
 
+import json
 import random
+from collections import defaultdict
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.random_trees import Rows, random_tree, rows_of, trees
+from tests.support.dataset_checks import steps_of
+from tests.support.random_trees import Rows, dataset_rows, random_tree, rows_of, trees
+from thicket.aggregate.content import PairKeys
 from thicket.aggregate.dpo import dpo_table, dpo_tables
+from thicket.aggregate.driver import aggregate
 from thicket.aggregate.forest import Forest
 from thicket.aggregate.pairs import grid_pairs
 from thicket.aggregate.params import DPOParams
-from thicket.aggregate.view import EVALUATED, TreeView
+from thicket.aggregate.view import TreeView
+from thicket.shards.storage import write_shard
+from thicket.storage.store import LocalStore
+
+EVALUATED_STOPS = ("done", "depth_limit", "disaster")  # the leaves whose score is known
 
 
 def plain(messages: list[dict]) -> list[dict]:
@@ -24,9 +42,22 @@ def plain(messages: list[dict]) -> list[dict]:
     return [{"role": m["role"], "content": m["content"]} for m in messages]
 
 
+def expected_step_pairs(ref: Rows, beta: float, min_visits: int) -> dict[tuple[int, int], tuple[float, float]]:
+    """Every (chosen, rejected) pair of sibling steps by DensePolicy's rule, with their values: both
+    evaluated (visits >= 1 and >= min_visits), values apart by >= beta and unequal."""
+    out = {}
+    for kids in ref.children.values():
+        steps = list(steps_of(ref, kids).items())
+        for i, (a, (na, va)) in enumerate(steps):
+            for b, (nb, vb) in steps[i + 1 :]:
+                if min(na, nb) >= max(min_visits, 1) and va != vb and abs(va - vb) >= beta - 1e-9:
+                    out[(a, b) if va > vb else (b, a)] = (max(va, vb), min(va, vb))
+    return out
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(trees, st.sampled_from([0.0, 0.25, 0.5, 1.0]), st.integers(0, 2), st.integers(0, 5))
-def test_every_dpo_pair_shares_its_prompt_and_meets_the_gap(tree, beta, min_visits, cap):
+@given(trees, st.sampled_from([0.0, 0.25, 0.5, 1.0]), st.integers(1, 2), st.integers(0, 5))
+def test_every_dpo_pair_shares_its_prompt_and_rests_on_its_definition(tree, beta, min_visits, cap):
     table, _ = tree
     ref = Rows(table)
     pairs = rows_of(dpo_table(TreeView.of(table), DPOParams(beta=beta, min_visits=min_visits, max_trajectory_pairs_per_task=cap)))
@@ -40,26 +71,36 @@ def test_every_dpo_pair_shares_its_prompt_and_meets_the_gap(tree, beta, min_visi
         assert p["prompt"] + plain(p["rejected"]) == ref.path_chat(p["rejected_node"])
         assert p["chosen"][-1]["role"] == p["rejected"][-1]["role"] == "assistant"
         chosen, rejected = ref.rows[p["chosen_node"]], ref.rows[p["rejected_node"]]
-        if p["kind"] == "step":
-            assert chosen["parent"] == rejected["parent"] == split
-            assert len(p["chosen"]) == len(p["rejected"]) == 1 and chosen["reply"] != rejected["reply"]
-            assert (p["chosen_reward"], p["rejected_reward"]) == (chosen["value"], rejected["value"])
-            assert chosen["value"] - rejected["value"] >= beta and chosen["value"] > rejected["value"]
-            assert chosen["visits"] >= min_visits and rejected["visits"] >= min_visits
-        else:
-            assert chosen["success"] and not rejected["success"] and rejected["stop_reason"] in EVALUATED
+        if p["kind"] == "trajectory":
+            assert chosen["success"] and not rejected["success"]
+            assert chosen["stop_reason"] in EVALUATED_STOPS and rejected["stop_reason"] in EVALUATED_STOPS
             assert p["chosen_node"] in ref.leaves() and p["rejected_node"] in ref.leaves()
-            assert p["chosen_reward"] == pytest.approx(ref.ret(p["chosen_node"]))
+            assert p["chosen_reward"] == pytest.approx(ref.ret(p["chosen_node"]), abs=1e-6)
+            assert p["rejected_reward"] == pytest.approx(ref.ret(p["rejected_node"]), abs=1e-6)
             assert p["chosen_reward"] > p["rejected_reward"]
-    # every qualifying sibling pair is there
-    expected_steps = 0
-    for kids in ref.children.values():
-        ok = [k for k in kids if ref.rows[k]["visits"] >= min_visits]
-        for i, a in enumerate(ok):
-            for b in ok[i + 1 :]:
-                va, vb = ref.rows[a]["value"], ref.rows[b]["value"]
-                expected_steps += va != vb and abs(va - vb) >= beta and ref.rows[a]["reply"] != ref.rows[b]["reply"]
-    assert sum(p["kind"] == "step" for p in pairs) == expected_steps
+    expected = expected_step_pairs(ref, beta, min_visits)
+    steps = {(p["chosen_node"], p["rejected_node"]): (p["chosen_reward"], p["rejected_reward"])
+             for p in pairs if p["kind"] == "step"}
+    assert set(steps) == set(expected)
+    for key, rewards in steps.items():
+        assert rewards == pytest.approx(expected[key], abs=1e-6)
+
+
+def test_a_running_score_pair_carries_the_paths_last_scores_not_their_sums():
+    """The reported defect: on a running-score env (TextWorld, ScienceWorld) a path's return is its
+    last score; a sum of running scores (5.667 for a path scored 1.0) is no return at all."""
+    for seed in range(400):
+        table, _ = random_tree(seed, 40, semantics="running")
+        ref = Rows(table)
+        pairs = [p for p in rows_of(dpo_table(TreeView.of(table), DPOParams())) if p["kind"] == "trajectory"]
+        summed = {p["chosen_node"]: sum(ref.rows[v]["reward"] for v in ref.path(p["chosen_node"])) for p in pairs}
+        if any(abs(s - 1.0) > 1e-6 for s in summed.values()):  # a tree where the two readings differ
+            break
+    else:
+        pytest.fail("no random running-score tree with a pair whose rewards sum past 1")
+    for p in pairs:
+        assert p["chosen_reward"] == pytest.approx(1.0)  # a success's last score
+        assert p["rejected_reward"] == pytest.approx(ref.rows[p["rejected_node"]]["reward"])
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -82,32 +123,94 @@ def test_pairs_from_the_cut_grid_are_those_of_the_whole_grid(seed, gap, cap):
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(trees, st.sampled_from([0.0, 0.5]), st.integers(1, 4))
-def test_observations_are_flagged_out_of_dpo_pairs_and_first_turn_pairs_score_none(tree, beta, cap):
-    """A trajectory pair runs on through the env's observations: each message's loss flag is true on
-    the assistant's turns only, and `dpo_first_turn` cuts every pair to the first turn where its
-    sides part (one assistant message a side), once per pair of nodes, never two equal replies."""
+@given(trees, st.sampled_from([0.0, 0.5]), st.integers(1, 2), st.integers(1, 4))
+def test_first_turn_pairs_are_step_preferences_resting_on_the_steps_values(tree, beta, min_visits, cap):
+    """`dpo` sides run on through the env's observations, flagged out of the loss; `dpo_first_turn`
+    takes, in order, each pair of steps where a `dpo` pair parts, once whatever its order, and
+    keeps it where the steps' own values make a step pair: chosen is the step of higher value."""
     table, _ = tree
     ref = Rows(table)
-    full, first = dpo_tables(TreeView.of(table), DPOParams(beta=beta, max_trajectory_pairs_per_task=cap))
-    pairs, firsts = rows_of(full), rows_of(first)
+    params = DPOParams(beta=beta, min_visits=min_visits, max_trajectory_pairs_per_task=cap)
+    full, first = dpo_tables(TreeView.of(table), params)
+    pairs, firsts = rows_of(full and full.table), rows_of(first and first.table)
     for p in pairs:
         for side in (p["chosen"], p["rejected"]):
             assert [m["loss"] for m in side] == [m["role"] == "assistant" for m in side]
             assert side[0]["loss"] and side[-1]["loss"]
-    expected: dict[tuple[int, int], dict] = {}
+    def step(node: int) -> int:  # the first sibling with the same reply
+        row = ref.rows[node]
+        return next(k for k in ref.children[row["parent"]] if ref.rows[k]["reply"] == row["reply"])
+
+    parts: dict[frozenset[int], dict] = {}
     for p in pairs:
         good, bad = ref.path(p["chosen_node"]), ref.path(p["rejected_node"])
         at = good.index(p["prompt_node"]) + 1
-        if ref.rows[good[at]]["reply"] != ref.rows[bad[at]]["reply"]:
-            expected.setdefault((good[at], bad[at]), p)
-    assert [(f["chosen_node"], f["rejected_node"]) for f in firsts] == list(expected)
+        parts.setdefault(frozenset((step(good[at]), step(bad[at]))), p)
+    allowed = expected_step_pairs(ref, beta, min_visits)
+    expected = [(a, b) for a, b in allowed if frozenset((a, b)) in parts]
+    order = list(parts)
+    expected.sort(key=lambda ab: order.index(frozenset(ab)))
+    assert [(f["chosen_node"], f["rejected_node"]) for f in firsts] == expected
     for f in firsts:
-        p = expected[(f["chosen_node"], f["rejected_node"])]
-        assert (f["prompt"], f["kind"], f["prompt_node"]) == (p["prompt"], p["kind"], p["prompt_node"])
-        assert f["prompt"][-1]["role"] == "user"
-        assert f["chosen"] == [{"role": "assistant", "content": ref.rows[f["chosen_node"]]["reply"]}]
-        assert f["rejected"] == [{"role": "assistant", "content": ref.rows[f["rejected_node"]]["reply"]}]
-        assert f["chosen"] == plain(p["chosen"][:1]) and f["rejected"] == plain(p["rejected"][:1])
-        assert (f["chosen_reward"], f["rejected_reward"]) == (p["chosen_reward"], p["rejected_reward"])
+        chosen, rejected = ref.rows[f["chosen_node"]], ref.rows[f["rejected_node"]]
+        assert f["prompt"] == ref.chat(chosen["parent"]) and f["prompt"][-1]["role"] == "user"
+        assert f["prompt_node"] == chosen["parent"] == rejected["parent"]
+        assert f["chosen"] == [{"role": "assistant", "content": chosen["reply"]}]
+        assert f["rejected"] == [{"role": "assistant", "content": rejected["reply"]}]
+        pair = (f["chosen_node"], f["rejected_node"])
+        assert (f["chosen_reward"], f["rejected_reward"]) == pytest.approx(allowed[pair], abs=1e-6)
+        assert f["kind"] == parts[frozenset(pair)]["kind"]
     assert len({f["id"] for f in firsts}) == len(firsts)
+    if first is not None:
+        assert len(first.keys) == first.table.num_rows
+
+
+def test_pair_keys_drop_contradictions_everywhere_and_repeats_but_once():
+    low = np.array([1, 1, 2, 1, 3, 3], dtype=np.uint64)
+    high = np.array([5, 5, 6, 5, 4, 4], dtype=np.uint64)
+    forward = np.array([True, True, True, False, True, True])
+    keep, contradicting, repeated = PairKeys(low, high, forward).verdict()
+    assert keep.tolist() == [False, False, True, False, True, False]
+    assert (contradicting, repeated) == (3, 1)
+
+
+def preference_key(row: dict) -> tuple[str, str, str]:
+    return tuple(json.dumps(plain(row[k]) if k != "prompt" else row[k], sort_keys=True)
+                 for k in ("prompt", "chosen", "rejected"))
+
+
+def test_an_aggregated_sweep_holds_no_contradicting_or_repeated_preference(tmp_path):
+    """Trees of one task state that repeats (as CliffWalking's every task, or Taxi's and math's
+    that wrap) hold the same prompts; their values differ from tree to tree, so one tree may
+    prefer A to B and another B to A. Across forests too (one tree a batch): none of both is
+    kept, and a pair that repeats is kept once."""
+    sweep = tmp_path / "sweep"
+    store = LocalStore(sweep)
+    tables = []
+    for task in range(24):
+        table, _ = random_tree(7000 + task % 3, max_nodes=40, task=task)
+        rng = random.Random(task)  # the same texts, other values: as a new sample of the same states
+        values = [rng.choice((0.0, 0.25, 0.5, 1.0)) for _ in range(table.num_rows)]
+        table = table.set_column(table.schema.get_field_index("value"), "value", pa.array(values, pa.float32()))
+        tables.append(table)
+        write_shard(store, task, table, "test")
+    unfiltered = defaultdict(set)
+    for table in tables:
+        full, _ = dpo_tables(TreeView.of(table), DPOParams(beta=0.25))
+        for row in rows_of(full and full.table):
+            p, c, r = preference_key(row)
+            unfiltered[p].add((c, r))
+    assert any((r, c) in seen for seen in unfiltered.values() for c, r in seen), "the trees must disagree somewhere"
+    result = aggregate(str(sweep), overrides={"dpo": {"beta": 0.25}}, batch_nodes=1)
+    rows = dataset_rows(sweep / "datasets")
+    for name in ("dpo", "dpo_first_turn"):
+        seen = defaultdict(set)
+        for row in rows.get(name, []):
+            p, c, r = preference_key(row)
+            assert (c, r) not in seen[p], f"{name}: a repeated pair"
+            assert (r, c) not in seen[p], f"{name}: a prompt with A over B and B over A"
+            seen[p].add((c, r))
+        dropped = result.stats["preference_rows_dropped"][name]
+        assert dropped["contradicting"] > 0 and result.rows[name] == len(rows.get(name, []))
+    manifest = json.loads((sweep / "datasets" / "_SUCCESS.json").read_text())
+    assert manifest["datasets"]["dpo"] == result.rows["dpo"]

@@ -142,7 +142,7 @@ def test_tables_from_worker_processes_keep_their_arrow_layout():
     texts = pa.array(["a", None, "ccc"]).take(pa.array([2, 0, 0]))  # a bitmap without nulls
     messages = pa.ListArray.from_arrays(pa.array([0, 1, 3], pa.int32()), pa.StructArray.from_arrays([texts], ["c"]))
     table = pa.table({"messages": messages, "texts": texts.take(pa.array([1, 2])), "n": [1, 2]})
-    sent = TreeOutput({"x": table}, SweepStats())
+    sent = TreeOutput({"x": table}, SweepStats(), {})
     back = pickle.loads(pickle.dumps(sent)).tables["x"]
     assert back.equals(table) and back.schema == table.schema
     assert back.nbytes == table.nbytes != pickle.loads(pickle.dumps(table)).nbytes

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.random_trees import random_tree
+from thicket.aggregate.content import PairKeys
 from thicket.aggregate.dpo import dpo_table, dpo_tables
 from thicket.aggregate.driver import aggregate
 from thicket.aggregate.forest import Forest, MalformedShard
@@ -64,11 +65,17 @@ def test_a_forest_gives_the_rows_of_its_trees_built_one_by_one(specs, judged):
         lambda f: (sft_tables(f, SFTParams()) or (None, None))[0],
         lambda f: (sft_tables(f, SFTParams(min_reward=1.0)) or (None, None))[1],
         lambda f: dpo_table(f, dpo),
-        lambda f: dpo_tables(f, dpo)[1],
+        lambda f: (lambda rows: rows and rows.table)(dpo_tables(f, dpo)[1]),
         lambda f: revision_table(f, revision, verifier),
         lambda f: token_rows(f).table,
     ):
         assert same(concat([build(view) for view in alone]), build(forest))
+    for side in (0, 1):  # content keys name texts, not rows: a forest's are its trees', one by one
+        keyed = [rows.keys for rows in (dpo_tables(view, dpo)[side] for view in alone) if rows is not None]
+        together_keys = dpo_tables(forest, dpo)[side]
+        expected = PairKeys.concat(keyed)
+        got = together_keys.keys if together_keys is not None else PairKeys.concat([])
+        assert all((getattr(got, k) == getattr(expected, k)).all() for k in ("low", "high", "forward"))
     tokens = [token_rows(view) for view in alone]
     together = token_rows(forest)
     assert together.no_token_ids == sum(t.no_token_ids for t in tokens)

@@ -11,6 +11,7 @@ import pytest
 from tests.support.env_server import search
 from thicket.envs import make_env
 from thicket.envs.client import Adapter, ClientConfig, EnvClient
+from thicket.envs.protocol import RewardSemantics
 from thicket.envs.textcraft import gold_path, make_task
 from thicket.search.mcts import MCTSParams
 
@@ -108,5 +109,8 @@ async def test_agentgym_adapters_handle_each_servers_quirks():
         steps = [await env.step("go to kitchen"), await env.step("boil water")]
         assert [t.reward for t in steps] == [0.25, 0.75]  # cumulative 0-100 score -> gains in [0, 1]
         assert steps[1].success and steps[1].done
+        # gains: a path's return is their sum (1.0), as the reward semantics it declares say
+        assert env.reward_semantics is RewardSemantics.INCREMENT
+        assert env.reward_semantics.path_return(env.reward_semantics.path_return(0.0, 0.25), 0.75) == 1.0
         assert (await env.step("anything")).done  # after the end: answered locally, never sent
         await env.close()

@@ -1,14 +1,25 @@
 """ScienceWorld (a JVM per env): task indexing, valid actions, gold paths and their replay,
-async steps off the event loop."""
+async steps off the event loop, simulator exceptions as error leaves."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Iterator
 
 import pytest
 
+from tests.support.scripted import reply
 from thicket.envs import make_env
+from thicket.envs.protocol import ActionFailed
 from thicket.envs.sciworld import ScienceWorldEnv, order_valid_actions, task_names
+from thicket.policy.base import Messages, Policy, Reply
+from thicket.search.expand import Expander
+from thicket.search.guard import Fault
+from thicket.search.tree import StopReason
+
+# py4j cannot send a lone surrogate to the JVM: the real simulator raises Py4JError on it.
+UNSENDABLE = "look at \ud800"
 
 
 @pytest.fixture(scope="module")
@@ -92,3 +103,68 @@ async def test_sciworld_async_steps_run_off_the_loop(sciworld: ScienceWorldEnv) 
     assert obs.text.startswith("Your task is") and "This room is called" in t.observation.text
     with pytest.raises(NotImplementedError):
         await sciworld.snapshot()
+
+
+class ScriptedActions(Policy):
+    """Proposes the next n actions of a fixed list, in order."""
+
+    def __init__(self, actions: list[str]) -> None:
+        self.actions = list(actions)
+
+    async def propose(self, messages: Messages, n: int, *, valid_actions, seed: int, temperature=None) -> list[Reply]:
+        taken, self.actions = self.actions[:n], self.actions[n:]
+        return [reply(f"try {i}", action, seed + i) for i, action in enumerate(taken)]
+
+    async def act(self, messages: Messages, thought: Reply, *, valid_actions, seed: int, temperature=None) -> Reply:
+        raise AssertionError("not used")
+
+
+async def test_sciworld_simulator_exception_is_an_error_leaf_and_the_tree_goes_on(sciworld: ScienceWorldEnv) -> None:
+    sciworld.list_valid_actions = False
+    try:
+        with pytest.raises(ActionFailed, match=r"sciworld raised Py4JError"):
+            await sciworld.reset(0)
+            await sciworld.step(UNSENDABLE)
+        policy = ScriptedActions(["open door to kitchen", UNSENDABLE, "look around", "go to kitchen"])
+        x = await Expander.open(sciworld, 0, policy, 0, max_depth=5, max_nodes=20)
+        opened, failed, looked = await x.expand(x.tree.root, 3)
+        assert failed.stop is StopReason.ERROR and failed.terminal and failed.reward == 0.0
+        assert "sciworld raised Py4JError" in failed.observation.text
+        assert x.cursor.guard.faults[Fault.ACTION_FAILED] == 1
+        # The siblings after the failure were stepped from a fresh replay of the root.
+        assert opened.observation.text == "The door is now open." and not opened.terminal
+        assert looked.observation.text.startswith("This room is called the hallway") and not looked.terminal
+        # And the tree grows on below a sibling: reset + replay of "open door to kitchen", then a move.
+        (moved,) = await x.expand(opened, 1)
+        assert moved.observation.text == "You move to the kitchen." and moved.stop is not StopReason.ERROR
+        assert [n.depth for n in (opened, failed, looked, moved)] == [1, 1, 1, 2]
+    finally:
+        sciworld.list_valid_actions = True
+
+
+async def test_sciworld_cancelled_step_is_not_an_action_failure(sciworld: ScienceWorldEnv) -> None:
+    sciworld.list_valid_actions = False
+    try:
+        await sciworld.reset(0)
+        with pytest.raises(TimeoutError):  # the worker's task timeout, not an error leaf
+            async with asyncio.timeout(0.001):
+                await sciworld.step("wait")  # ~0.15 s in the JVM
+        deadline = time.monotonic() + 30
+        while sciworld._steps == 0 and time.monotonic() < deadline:  # the thread finishes its step
+            await asyncio.sleep(0.05)
+        assert sciworld._steps == 1
+    finally:
+        sciworld.list_valid_actions = True
+
+
+async def test_sciworld_dead_jvm_fails_the_action_and_the_next_reset_starts_a_new_one(sciworld: ScienceWorldEnv) -> None:
+    await sciworld.reset(0)
+    sim = sciworld.sim
+    proc = sim.env._gateway.java_process
+    proc.kill()
+    proc.wait(timeout=10)
+    with pytest.raises(ActionFailed, match=r"^sciworld raised Py4J\w+ on 'look around'"):
+        await sciworld.step("look around")
+    assert sciworld._sim is None  # dropped: the next reset starts a fresh JVM
+    obs = await sciworld.reset(0)
+    assert obs.text.startswith("Your task is to boil water") and sciworld.sim is not sim

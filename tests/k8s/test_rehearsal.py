@@ -11,6 +11,7 @@ from pathlib import Path
 from thicket.k8s.rehearsal import MACHINE_CHANGES, Images, LocalS3, job_pod, local_spec
 from thicket.k8s.render import render
 from thicket.spec import load_spec
+from thicket.vllm_server import LOGPROBS_MODE
 
 ROOT = Path(__file__).resolve().parents[2]
 S3 = LocalS3("s3", "http://127.0.0.1:1", "http://10.0.0.2:5000", "thicket")
@@ -47,6 +48,7 @@ def test_the_pod_runs_the_job_s_containers_with_sidecars_first(tmp_path):
     vllm = next(c for c in containers if c["name"] == "vllm")
     assert vllm["image"] == "ghcr.io/thicket/thicket-vllm-cpu:1.2.3" and "nvidia.com/gpu" not in str(vllm["resources"])
     assert vllm["args"][vllm["args"].index("--model") + 1] == "/models/tiny"
+    assert vllm["args"][vllm["args"].index("--logprobs-mode") + 1] == LOGPROBS_MODE  # as every vLLM thicket starts
 
 
 def test_every_machine_change_is_in_the_readme():

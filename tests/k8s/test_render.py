@@ -20,9 +20,11 @@ import yaml
 
 from tests.support.manifests import BASE, ROOT, SWEEPS, by_kind, sweep_id, containers, kustomize_objects, rollout, spec_with, variant_specs
 from thicket import __version__
+from thicket.errors import BadInput
 from thicket.k8s.render import render, to_yaml
 from thicket.k8s.spec import ClusterSpec
 from thicket.spec import load_spec, parse_spec
+from thicket.vllm_server import LOGPROBS_MODE
 
 GOLDEN = ROOT / "tests" / "k8s" / "golden"
 K8S_VERSIONS = ("1.29.0", "1.37.0")
@@ -217,6 +219,34 @@ def test_cluster_options_reach_the_pods():
     assert agg["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "cpu-queue"
     assert agg["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "cpu"}
 
+
+def test_every_rendered_vllm_samples_with_thicket_s_logprobs_mode():
+    """The stored logprobs are those of the sampling distribution (thicket.vllm_server.LOGPROBS_MODE):
+    every rendered vLLM says so once, whatever the spec's vllm_args (the same mode is not repeated)."""
+    specs = [load_spec(path) for path in SWEEPS] + list(variant_specs().values())
+    specs.append(spec_with(vllm_args=["--logprobs-mode", LOGPROBS_MODE, "--max-model-len", "8192"]))
+    specs.append(spec_with(vllm_args=[f"--logprobs_mode={LOGPROBS_MODE}"]))
+    rendered = 0
+    for spec in specs:
+        for job in by_kind(render(spec), "Job", "rollout"):
+            vllm = containers(job["spec"]["template"]["spec"]).get("vllm")
+            if vllm is None:
+                continue
+            rendered += 1
+            modes = [a for a in vllm["args"] if a.replace("_", "-").startswith("--logprobs-mode")]
+            assert modes == ["--logprobs-mode"], vllm["args"]
+            assert vllm["args"][vllm["args"].index("--logprobs-mode") + 1] == LOGPROBS_MODE == "processed_logprobs"
+    assert rendered >= 6
+
+
+@pytest.mark.parametrize("args", [["--logprobs-mode", "raw_logprobs"], ["--logprobs-mode=processed_logits"],
+                                  ["--logprobs_mode", "raw_logits"], ["--logprobs-mode"]])
+def test_a_vllm_arg_with_another_logprobs_mode_is_a_one_line_error(args):
+    with pytest.raises(BadInput) as err:
+        spec_with(vllm_args=args)
+    message = str(err.value)
+    assert message.startswith("s.yaml: cluster.vllm_args: --logprobs") and "\n" not in message, message
+    assert "thicket sets --logprobs-mode processed_logprobs" in message
 
 def test_policies_without_a_local_vllm_get_no_gpu_and_no_vllm_container():
     for path in ("frozenlake-dense.yaml", "taxi-tot.yaml"):  # uniform; openai at a URL

@@ -31,7 +31,7 @@ async def test_unreachable_server_is_unavailable_quickly() -> None:
     with pytest.raises(Unavailable, match="cannot reach the policy server at"):
         await policy.propose(TASK, 1, valid_actions=VALID, seed=5)  # mid-run: an outage
     await policy.close()
-    assert time.perf_counter() - started_at < 3.0
+    assert time.perf_counter() - started_at < 30  # its 1 s deadline, not the default 300 s (a busy machine: margin)
 
 
 async def test_nothing_listening_at_start_up_is_a_wrong_url() -> None:
@@ -40,7 +40,7 @@ async def test_nothing_listening_at_start_up_is_a_wrong_url() -> None:
     with pytest.raises(BadInput, match=r"^policy.url: nothing answers at .* \(connection refused, for 0.5s\)"):
         async with started(config_for(url, startup_connect_s=0.5)):
             pass
-    assert 0.5 <= time.perf_counter() - started_at < 3.0
+    assert 0.5 <= time.perf_counter() - started_at < 30  # the 0.5 s window, not the default 60 s
 
 
 def chat_body(text: str = "Thought: hi\nAction: inventory") -> dict[str, Any]:
@@ -130,7 +130,7 @@ async def test_request_fields_sent() -> None:
     with scripted((200, chat_body(), 0)) as (url, handler):
         policy = OpenAIPolicy(config_for(url, constrain_actions=True, api_key="sk-test"))
         await policy.propose(TASK, 4, valid_actions=VALID, seed=40)
-        await policy.act(TASK, Reply(text="", thought="hm", action=""), valid_actions=VALID, seed=9)
+        await policy.act(TASK, Reply(text="Thought: hm", thought="hm", action=""), valid_actions=VALID, seed=9)
         await policy.close()
     *proposes, act = handler.bodies
     assert handler.keys == ["Bearer sk-test"] * 5
@@ -184,7 +184,7 @@ async def test_a_server_with_tokenize_renders_each_prompt_once() -> None:
     with routed(answers) as (url, posts):
         async with started(config_for(url, constrain_actions=True, extra_body={"chat_template_kwargs": {"x": 1}})) as policy:
             replies = await policy.propose(TASK, 3, valid_actions=VALID, seed=40)
-            await policy.act(TASK, Reply(text="", thought="hm", action=""), valid_actions=VALID, seed=9)
+            await policy.act(TASK, Reply(text="Thought: hm", thought="hm", action=""), valid_actions=VALID, seed=9)
     probe, render, *samples, act_render, act = posts
     assert probe[0] == render[0] == act_render[0] == "/tokenize"
     assert render[1]["messages"] == TASK and render[1]["add_generation_prompt"] is True

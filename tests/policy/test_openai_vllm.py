@@ -92,9 +92,15 @@ async def test_unbounded_thoughts_still_end_in_valid_actions(vllm_server: VLLMSe
     assert len(replies) == 6
     for reply in replies:
         assert reply.constrained and reply.action in VALID and "\n" not in reply.thought
-        assert reply.text == prompts.turn(reply.thought, reply.action)
+        assert reply.text.startswith("Thought: ") and reply.text.endswith("Action: " + reply.action)
+        assert prompts.parse_reply(reply.text) == (reply.thought, reply.action)
         assert 0 < reply.action_token_start < len(reply.token_ids)
         assert_sampled(reply)
+    completed = [reply for reply in replies if reply.prefill_start >= 0]
+    assert completed  # most of the noise runs into the budget
+    for reply in completed:  # the sampled thought's exact text (never re-spelled), the prefilled mark, the action
+        assert reply.prefill_start == reply.action_token_start and reply.prefill_len > 0
+        assert all(lp == 0.0 for lp in reply.logprobs[reply.prefill_start: reply.prefill_start + reply.prefill_len])
 
 
 @pytest.mark.vllm

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from tests.support.scripted import ReplayOnlyWordEnv, RepeatingPolicy, WordEnv, grown
+from tests.support.scripted import FaultyWordEnv, ReplayOnlyWordEnv, RepeatingPolicy, RunningWordEnv, WordEnv, grown
 from thicket.envs.protocol import Observation
 from thicket.search.mcts import MCTSParams, select, uct_score
 from thicket.search.tree import Node, StopReason
@@ -60,8 +60,60 @@ async def test_mcts_one_iteration_descends_to_terminal_and_backs_up_every_termin
     assert root.value_sum == sum(leaf.reward for leaf in walked[0].children)
 
 
+def agent_r_walks_to_exhaust(branching: int, depth: int) -> int:
+    """Agent-R's loop over a complete tree of `branching` children a node whose depth-`depth` nodes
+    are terminal (mcts_raw.py: expand, then best_child down to a terminal node; every backup
+    marks a node terminal once all its children are): how many iterations until the root is
+    terminal. Every walk takes the first open child (ties do not change the count)."""
+    terminal: dict[tuple[int, ...], bool] = {}
+    expanded: set[tuple[int, ...]] = set()
+
+    def is_terminal(key: tuple[int, ...]) -> bool:
+        return len(key) >= depth or terminal.get(key, False)
+
+    def update(key: tuple[int, ...]) -> None:  # backpropagation's update_terminal, leaf to root
+        for cut in range(len(key), -1, -1):
+            node = key[:cut]
+            if node in expanded:
+                terminal[node] = all(is_terminal(node + (i,)) for i in range(branching))
+
+    walks = 0
+    while not is_terminal(()):
+        walks += 1
+        node: tuple[int, ...] = ()
+        while node is not None and not is_terminal(node):
+            if node not in expanded:
+                expanded.add(node)
+                for i in range(branching):
+                    if is_terminal(node + (i,)):
+                        update(node + (i,))
+            while node is not None and node in expanded and not is_terminal(node):
+                open_children = [node + (i,) for i in range(branching) if not is_terminal(node + (i,))]
+                if not open_children:
+                    terminal[node] = True
+                    node = None
+                    break
+                node = open_children[0]
+    return walks
+
+
+@pytest.mark.parametrize("depth", [3, 4])
+async def test_mcts_spends_exactly_the_walks_agent_r_does_to_exhaust_a_tree(depth):
+    """A parent becomes terminal during the backup that closes its last open child, so no walk is
+    spent finding that out: a complete binary tree of depth 4 (31 nodes) takes Agent-R 8 walks."""
+    walks = agent_r_walks_to_exhaust(2, depth)
+    assert walks == 2 ** (depth - 1)
+    word = "ab" * depth
+    short = await grown(MCTSParams(iterations=walks - 1, expansions=2, max_depth=10), env=WordEnv(target=word[:depth]))
+    assert not short.tree.root.terminal
+    x = await grown(MCTSParams(iterations=walks, expansions=2, max_depth=10), env=WordEnv(target=word[:depth]))
+    assert x.tree.root.terminal and x.tree.root.stop is StopReason.EXHAUSTED
+    assert x.tree.size == 2 ** (depth + 1) - 1
+    assert x.tree.root.visits == 2**depth
+
+
 async def test_mcts_exhausts_a_small_tree_with_exact_visits_and_values():
-    x = await grown(MCTSParams(iterations=50, expansions=2, max_depth=10))
+    x = await grown(MCTSParams(iterations=4, expansions=2, max_depth=10))
     root = x.tree.root
     assert root.terminal and root.stop is StopReason.EXHAUSTED
     assert x.tree.size == 15  # the complete binary tree of depth 3
@@ -78,6 +130,31 @@ async def test_mcts_depth_limit_and_disaster_are_terminal_with_score_zero():
     assert stops[(1,)] is StopReason.DISASTER  # "b" is the bomb
     assert all(stops[k] is StopReason.DEPTH_LIMIT for k in stops if len(k) == 2)
     assert x.tree.root.value_sum == 0.0 and x.tree.root.visits == 3
+
+
+async def test_a_running_score_backs_up_each_leafs_last_score_not_a_sum():
+    """RewardSemantics.RUNNING: a leaf's value is its path's final score (ScienceWorld's running
+    score); the sum of the scores along the path would count the same progress again and again."""
+    x = await grown(MCTSParams(iterations=4, expansions=2, max_depth=10), env=RunningWordEnv(target="aba"))
+    leaves = x.tree.leaves()
+    assert {leaf.path_return for leaf in leaves} == {leaf.reward for leaf in leaves} == {0.0, 1 / 3, 2 / 3, 1.0}
+    assert x.tree.root.value_sum == pytest.approx(sum(leaf.reward for leaf in leaves))
+    assert x.tree.root.value_sum < sum(n.reward for leaf in leaves for n in leaf.path())
+    best = max(leaves, key=lambda leaf: leaf.path_return)
+    assert best.success and best.path_return == 1.0
+
+
+async def test_env_faults_are_terminal_leaves_that_carry_no_evidence():
+    """A leaf the env failed on is stored (ERROR) but never backed up: it is not the policy's
+    failure, so it adds no visit and no zero value to its ancestors."""
+    x = await grown(MCTSParams(iterations=4, expansions=2, max_depth=10), env=FaultyWordEnv(broken="ab"))
+    errors = [n for n in x.tree.nodes() if n.stop is StopReason.ERROR]
+    assert [e.key for e in errors] == [(0, 1)] and errors[0].visits == 0 and errors[0].terminal
+    evaluated = [leaf for leaf in x.tree.leaves() if leaf.stop.evaluated]
+    assert x.tree.root.visits == len(evaluated) == 6
+    parent = errors[0].parent
+    assert parent.visits == 2 and parent.value_sum == 0.0  # the "aa?" leaves only: "aba" is behind the fault
+    assert x.tree.root.terminal
 
 
 async def test_duplicate_replies_are_dropped():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.scripted import grown
+from tests.support.scripted import RunningWordEnv, grown
 from thicket.search.tot import ToTParams
 from thicket.search.tree import StopReason
 
@@ -20,10 +20,40 @@ async def test_tot_expands_thoughts_then_actions_breadth_first_with_mean_values(
     assert x.tree.root.visits == 8
 
 
-async def test_tot_beam_keeps_at_most_beam_open_nodes_per_level():
-    x = await grown(ToTParams(branching=2, beam=2, max_depth=10))
-    by_depth = {}
-    for node in x.tree.nodes():
+def levels(tree) -> dict[int, list]:
+    by_depth: dict[int, list] = {}
+    for node in tree.nodes():
         by_depth.setdefault(node.depth, []).append(node)
-    assert len([n for n in by_depth[2] if n.children]) <= 2
-    assert any(n.stop is StopReason.BUDGET for n in by_depth[2])
+    return by_depth
+
+
+@pytest.mark.parametrize("score", ["progress", "random"])
+async def test_tot_beam_keeps_at_most_beam_open_nodes_per_level(score):
+    x = await grown(ToTParams(branching=2, beam=2, beam_score=score, max_depth=10))
+    by_depth = levels(x.tree)
+    assert len([n for n in by_depth[2] if n.children]) == 2
+    assert sum(n.stop is StopReason.PRUNED for n in by_depth[2]) == 2
+
+
+async def test_tot_beam_keeps_the_nodes_of_most_progress():
+    """ToT's beam keeps the states its evaluator values most; with beam_score progress the
+    evaluator is the env's own running score: a beam of 1 follows the target letter by letter."""
+    target = "abbab"
+    x = await grown(ToTParams(branching=2, beam=1, max_depth=10), env=RunningWordEnv(target=target))
+    by_depth = levels(x.tree)
+    for depth in range(1, len(target)):
+        kept = [n for n in by_depth[depth] if n.stop is not StopReason.PRUNED]
+        assert len(kept) == 1 and kept[0].path_return == max(n.path_return for n in by_depth[depth])
+    assert x.tree.solved
+    assert [n.reply.action for n in next(n for n in x.tree.nodes() if n.success).path()[1:]] == list(target)
+
+
+async def test_tot_random_beam_ignores_progress():
+    """A random beam is a seeded choice: across seeds it keeps nodes of less progress too."""
+    kept_less = False
+    for seed in range(12):
+        x = await grown(ToTParams(branching=2, beam=1, beam_score="random", max_depth=10),
+                        env=RunningWordEnv(target="abbab"), seed=seed)
+        first = [n for n in x.tree.root.children if n.stop is not StopReason.PRUNED]
+        kept_less |= first[0].path_return < max(n.path_return for n in x.tree.root.children)
+    assert kept_less

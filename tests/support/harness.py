@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import socket
 import subprocess
@@ -14,11 +15,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import yaml
 
 from thicket.shards.storage import COMMITS, committed_tasks, iter_shards
@@ -156,21 +159,51 @@ def assert_each_task_committed_once(sweep_uri: str, tasks: list[int]) -> None:
     assert trees == {task: 1 for task in tasks}
 
 
-def tree_fingerprint(sweep_uri: str) -> str:
-    """A digest of every committed tree's content (measured columns left out)."""
-    digest = hashlib.sha256()
-    for marker, table in sorted(iter_shards(open_store(sweep_uri)), key=lambda pair: pair[0].task):
-        table = table.drop_columns([c for c in MEASURED_COLUMNS if c in table.column_names])
-        digest.update(json.dumps(table.to_pylist(), sort_keys=True, default=str).encode())
-    return digest.hexdigest()
+@dataclass(frozen=True, eq=False)
+class Fingerprint:
+    """A digest of a table's content but its logprobs, and the logprobs: equal where the digests
+    are and each logprob is within float noise. vLLM's logprobs (processed_logprobs: a
+    log_softmax over the batch's logits after the temperature) differ in their last bits when the
+    same request runs in a batch of another composition, as after a server restart; the sampled
+    ids, texts and everything else must be equal to the bit."""
+
+    digest: str
+    logprobs: tuple[float, ...]
+
+    @classmethod
+    def of(cls, tables: list[pa.Table], logprob_columns: tuple[str, ...] = ("logprobs", "rollout_logprobs")) -> Fingerprint:
+        digest, logprobs = hashlib.sha256(), []
+        for table in tables:
+            for name in logprob_columns:
+                if name in table.column_names:
+                    logprobs += pc.list_flatten(table.column(name)).to_pylist()
+                    table = table.drop_columns([name])
+            digest.update(json.dumps(table.to_pylist(), sort_keys=True, default=str).encode())
+        return cls(digest.hexdigest(), tuple(logprobs))
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Fingerprint) and self.digest == other.digest
+                and len(self.logprobs) == len(other.logprobs)
+                and all(math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-5) for a, b in zip(self.logprobs, other.logprobs)))
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-def dataset_fingerprint(sweep_uri: str, env: dict[str, str] | None = None) -> dict[str, str]:
-    """Aggregate the sweep, then digest each dataset file (stats without the measured figures)."""
+def tree_fingerprint(sweep_uri: str) -> Fingerprint:
+    """Every committed tree's content (measured columns left out)."""
+    tables = [table.drop_columns([c for c in MEASURED_COLUMNS if c in table.column_names])
+              for _, table in sorted(iter_shards(open_store(sweep_uri)), key=lambda pair: pair[0].task)]
+    return Fingerprint.of(tables)
+
+
+def dataset_fingerprint(sweep_uri: str, env: dict[str, str] | None = None) -> dict[str, Fingerprint | str]:
+    """Aggregate the sweep, then fingerprint each dataset file (stats without the measured figures)."""
     result = thicket("aggregate", sweep_uri, env=env)
     assert result.returncode == 0, result.stderr
     store = open_store(sweep_uri)
-    digests = {key: hashlib.sha256(store.get(key)).hexdigest() for key in store.list("datasets/") if key.endswith(".parquet")}
+    digests: dict[str, Fingerprint | str] = {
+        key: Fingerprint.of([pq.read_table(pa.BufferReader(store.get(key)))])
+        for key in store.list("datasets/") if key.endswith(".parquet")}
     stats = json.loads(store.get("datasets/stats.json"))
     for key in MEASURED_STATS:
         stats.pop(key, None)
@@ -178,7 +211,7 @@ def dataset_fingerprint(sweep_uri: str, env: dict[str, str] | None = None) -> di
     return digests
 
 
-def undisturbed(tmp_path: Path, spec: Path) -> tuple[str, dict[str, str]]:
+def undisturbed(tmp_path: Path, spec: Path) -> tuple[Fingerprint, dict[str, Fingerprint | str]]:
     """The reference: the same spec run once without faults; (tree digest, dataset digests)."""
     out = tmp_path / "undisturbed"
     result = thicket("run", str(spec), "--no-aggregate", "--output", str(out))

@@ -3,7 +3,7 @@ policies), and trees grown on them."""
 
 from __future__ import annotations
 
-from thicket.envs.protocol import Observation, SyncEnv, Transition
+from thicket.envs.protocol import Observation, RewardSemantics, SyncEnv, Transition
 from thicket.policy import prompts
 from thicket.policy.base import Messages, Policy, Reply
 from thicket.search import grow
@@ -53,6 +53,34 @@ class WordEnv(SyncEnv):
 
 class ReplayOnlyWordEnv(WordEnv):
     can_snapshot = False
+
+
+class RunningWordEnv(WordEnv):
+    """WordEnv with a running score, as ScienceWorld's and TextWorld's: every step's reward is the
+    share of `target` spelled correctly so far (its common prefix), 1.0 when it is spelled."""
+
+    reward_semantics = RewardSemantics.RUNNING
+
+    def step_sync(self, action: str) -> Transition:
+        self.steps += 1
+        self.word += action
+        matched = next((i for i, (a, b) in enumerate(zip(self.word, self.target)) if a != b), min(len(self.word), len(self.target)))
+        done = len(self.word) >= len(self.target)
+        success = self.word == self.target
+        return Transition(self._obs(), matched / len(self.target), done, success)
+
+
+class FaultyWordEnv(WordEnv):
+    """WordEnv whose simulator raises on `broken` (the env's fault, not the policy's)."""
+
+    def __init__(self, broken: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.broken = broken
+
+    def step_sync(self, action: str) -> Transition:
+        if self.word + action == self.broken:
+            raise RuntimeError("the simulator crashed")
+        return super().step_sync(action)
 
 
 def reply(thought: str, action: str, seed: int = 0) -> Reply:
