@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import glob
+import json
 import logging
 import os
 import re
@@ -22,6 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from tests.support.dataset_checks import check_sweep
 from thicket.envs import make_env
 from thicket.envs.client import ClientConfig, EnvClient
 from thicket.envs.process import EnvServerProcess
@@ -220,3 +222,10 @@ def test_cli_run_grows_three_cooking_trees_at_once_from_a_cold_cache_then_a_warm
     assert not GENERATED.search(log) and not KEPT.search(log)  # loaded, not generated again
     assert cache_listing(cache) == listing
     assert roots(tmp_path / "out" / "warm") == roots(tmp_path / "out" / "cold")
+    # the running score's datasets, every row by the definitions (the family matrix of
+    # tests/aggregate/test_every_family.py leaves TextWorld to this sweep)
+    for run in ("cold", "warm"):
+        checked = check_sweep(tmp_path / "out" / run)
+        assert checked["nodes"] > 3 and sum(n for name, n in checked.items() if name != "nodes") > 0
+        stats = json.loads((tmp_path / "out" / run / "datasets" / "stats.json").read_text())
+        assert stats["reward_semantics"] == {"running": 3}
