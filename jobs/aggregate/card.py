@@ -123,6 +123,13 @@ LOGPROBS = (
 )
 
 
+def data_lines(data_sources: dict[str, int]) -> list[str]:
+    """Where the sweep's tasks came from: generated data is said to be generated, in the env's words."""
+    lines = ["## Data", ""]
+    lines += [f"- {source} ({trees} trees)" for source, trees in sorted(data_sources.items())]
+    return lines + [""]
+
+
 def meaning_lines(reward_semantics: dict[str, int]) -> list[str]:
     """What rewards and logprobs mean in these rows."""
     lines = ["## Rewards", ""]
@@ -189,6 +196,7 @@ def dataset_card(
     params: dict[str, Any],
     schemas: dict[str, pa.Schema],
     reward_semantics: dict[str, int] | None = None,
+    data_sources: dict[str, int] | None = None,
 ) -> str:
     lines = front_matter(files)
     lines += [
@@ -211,6 +219,7 @@ def dataset_card(
         lines += ["Empty (no rows, no files, no config): " + ", ".join(f"`{name}`" for name in none) + ".", ""]
     for name in sorted(rows):
         lines += dataset_section(name, rows[name], files[name], schemas[name])
+    lines += data_lines(data_sources or {})
     lines += meaning_lines(reward_semantics or {})
     lines += ["## Parameters", "", "```yaml", yaml.safe_dump(params, sort_keys=True).rstrip(), "```", ""]
     lines += ["## Sweep spec", ""]

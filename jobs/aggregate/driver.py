@@ -228,7 +228,8 @@ def aggregate(
                "source_shards_sha256": _sources_digest(shards)}
     sweep = str(spec.get("name", store.uri)) if spec else store.uri
     files = [f for name in sorted(parts) for f in parts[name]]
-    card = dataset_card(sweep, spec, rows, _paths(parts), params.model_dump(), SCHEMAS, summary["reward_semantics"])
+    card = dataset_card(sweep, spec, rows, _paths(parts), params.model_dump(), SCHEMAS, summary["reward_semantics"],
+                        summary["data_sources"])
     files += [
         put_file(store, "stats.json", (json.dumps(summary, indent=1, sort_keys=True) + "\n").encode()),
         put_file(store, "report.html", report_html(summary, sweep).encode()),

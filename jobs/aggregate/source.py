@@ -45,6 +45,7 @@ COLUMNS = (
     "reward",
     "path_return",
     "reward_semantics",
+    "data_source",
     "success",
     "stop_reason",
     "value",
@@ -53,7 +54,8 @@ COLUMNS = (
     "llm_calls",
     "llm_tokens",
 )
-LATER_COLUMNS = ("llm_calls", "llm_tokens", "path_return", "reward_semantics", "prefill_start", "prefill_len")  # absent from older shards: read as nulls
+LATER_COLUMNS = ("llm_calls", "llm_tokens", "path_return", "reward_semantics", "data_source", "prefill_start",
+                 "prefill_len")  # absent from older shards: read as nulls
 # Read as dictionaries: the system prompt is the same long text on every row of a tree, and
 # decoding it to plain strings (then concatenating them into a forest) was most of the
 # reading time of real trees.

@@ -12,6 +12,8 @@ import pyarrow.compute as pc
 from thicket.aggregate.forest import Forest
 from thicket.aggregate.quality import SearchQuality
 
+OWN_TASKS = "the family's own tasks"  # the data source of an env that names none
+
 
 def log2_bucket(value: int) -> int:
     """The power of two a positive count falls under (0 stays 0): 1, 2, 4, 8, ..."""
@@ -37,6 +39,7 @@ class SweepStats:
     stop_reasons: Counter[str] = field(default_factory=Counter)  # of leaves
     envs: Counter[str] = field(default_factory=Counter)
     reward_semantics: Counter[str] = field(default_factory=Counter)  # trees by how their rewards add up
+    data_sources: Counter[str] = field(default_factory=Counter)  # trees by "env: where its tasks came from"
     algorithms: Counter[str] = field(default_factory=Counter)
     # What the datasets' row counts don't say:
     dpo_kinds: Counter[str] = field(default_factory=Counter)
@@ -54,6 +57,7 @@ class SweepStats:
         semantics = t.column("reward_semantics").take(roots) if "reward_semantics" in t.column_names else None
         self.reward_semantics.update(_counts_of(pc.fill_null(semantics, "legacy")) if semantics is not None
                                      else {"legacy": forest.n_trees})
+        self.data_sources.update(_data_sources(t, roots))
         self.algorithms.update(_counts_of(t.column("algorithm").take(roots)))
         self.depth.update(_counts(forest.depth))
         self.leaf_depth.update(_counts(forest.depth[forest.leaves]))
@@ -106,6 +110,7 @@ class SweepStats:
             "stop_reasons": dict(sorted(self.stop_reasons.items())),
             "envs": dict(sorted(self.envs.items())),
             "reward_semantics": dict(sorted(self.reward_semantics.items())),
+            "data_sources": dict(sorted(self.data_sources.items())),
             "algorithms": dict(sorted(self.algorithms.items())),
             "datasets": dict(sorted(datasets.items())),
             "dpo_pairs": {kind: self.dpo_kinds[kind] for kind in ("step", "trajectory")},
@@ -131,6 +136,14 @@ def _lengths(lists: pa.ChunkedArray) -> np.ndarray:
 
 def _counts_of(values) -> dict[str, int]:
     return {item["values"]: item["counts"] for item in pc.value_counts(values).to_pylist()}
+
+
+def _data_sources(table: pa.Table, roots: pa.Array) -> dict[str, int]:
+    """Trees by "env: data source" (null, and shards older than the column: the family's own tasks)."""
+    envs = table.column("env").take(roots)
+    sources = table.column("data_source").take(roots) if "data_source" in table.column_names else None
+    named = pc.fill_null(sources, OWN_TASKS) if sources is not None else pa.array([OWN_TASKS] * len(roots))
+    return _counts_of(pc.binary_join_element_wise(pc.cast(envs, pa.string()), pc.cast(named, pa.string()), ": "))
 
 
 def _pairs(counter: Counter[int]) -> list[list[int]]:

@@ -17,6 +17,7 @@ EnvFactory = Callable[..., Env]
 _REGISTRY: dict[str, EnvFactory] = {}
 # family -> (module under thicket.envs that registers it, the extra that installs its packages)
 BUILTINS: dict[str, tuple[str, str]] = {
+    "alfworld": ("alfworld.env", "alfworld"),
     "babyai": ("babyai", "envs"),
     "cliffwalking": ("toytext", "envs"),
     "frozenlake": ("toytext", "envs"),
@@ -26,6 +27,7 @@ BUILTINS: dict[str, tuple[str, str]] = {
     "textarena": ("textarena_games", "envs"),
     "textcraft": ("textcraft", "envs"),
     "textworld": ("textworld_games", "envs"),
+    "webshop": ("webshop.env", "envs"),
 }
 
 

@@ -62,6 +62,7 @@ class FamilyInfo:
     instructions: str
     can_snapshot: bool
     reward_semantics: RewardSemantics = RewardSemantics.INCREMENT
+    data_source: str | None = None
 
 
 class EnvClient:
@@ -182,8 +183,9 @@ class EnvClient:
         if semantics not in tuple(RewardSemantics):
             raise BadInput(f"env server {self.config.url}: /describe does not say how {family}'s rewards add up "
                               f"(reward_semantics {semantics!r}); run a thicket serve-env of this version")
+        source = payload.get("data_source")
         return FamilyInfo(family, str(payload["instructions"]), bool(payload["can_snapshot"]),
-                          RewardSemantics(semantics))
+                          RewardSemantics(semantics), None if source is None else str(source))
 
     async def env(self, family: str, env_args: dict[str, Any] | None = None,
                   adapter: Adapter = Adapter.THICKET) -> RemoteEnv:
@@ -192,7 +194,8 @@ class EnvClient:
     async def dialect(self, family: str, env_args: dict[str, Any], adapter: Adapter) -> Dialect:
         if adapter is Adapter.THICKET:
             info = await self.describe(family, env_args)
-            return ThicketDialect(family, env_args, info.instructions, info.can_snapshot, info.reward_semantics)
+            return ThicketDialect(family, env_args, info.instructions, info.can_snapshot, info.reward_semantics,
+                                  info.data_source)
         if family not in AGENTGYM_DIALECTS:
             raise BadInput(f"no AgentGym adapter for {family!r}; expected one of {', '.join(AGENTGYM_DIALECTS)}")
         return AGENTGYM_DIALECTS[family](family, env_args)

@@ -59,6 +59,9 @@ class Env(ABC):
     family: ClassVar[str]
     can_snapshot: ClassVar[bool] = False
     reward_semantics: ClassVar[RewardSemantics] = RewardSemantics.INCREMENT
+    # Where the tasks come from, for families that play other data than one fixed set of their own
+    # (WebShop's files or a generated catalogue...): the dataset card says it. None: the family's own.
+    data_source: str | None = None
 
     @property
     @abstractmethod

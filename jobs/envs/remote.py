@@ -59,6 +59,7 @@ class RemoteEnv(Env):
         self.family = dialect.family  # type: ignore[misc]
         self.can_snapshot = dialect.snapshots  # type: ignore[misc]
         self.reward_semantics = dialect.reward_semantics  # type: ignore[misc]
+        self.data_source = dialect.data_source
         self.instance: int | None = None
         self._connection_errors = client.connection_errors
         self._at: _Position | None = None  # None before the first reset

@@ -23,6 +23,7 @@ from starlette.types import Receive
 from thicket.envs.pool import Instance, Pool, Saved, build_env, env_errors
 from thicket.envs.protocol import Observation
 from thicket.envs.server_metrics import CONTENT_TYPE, ServerMetrics
+from thicket.envs.webshop import agentgym as webshop
 from thicket.envs.wire import (
     STATUS,
     ApiError,
@@ -210,16 +211,19 @@ class EnvService:
             payload = self.reset_payload(instance, observation)
             if body.get("snapshot"):
                 payload["snapshot"] = await self.snapshot_of(instance)
-        return json_response(payload)
+        return json_response(instance.id if webshop.wants_bare_id(family, body) else payload)
 
     async def reset(self, request: Request) -> Response:
         body = await self.body(request)
         instance = self.pool.get(int_field(body, "id", "env_idx"))
-        task = task_field(body)
+        session = webshop.session_task(instance.family, body)
+        task = task_field(body) if session is None else session
         async with instance.lock:
             if (replay := self.replayed(instance, body)) is not None:
                 return Response(replay, media_type="application/json")
             observation = await self.reset_instance(instance, task)
+            if session is not None:  # AgentGym's WebShop answers [observation, null]
+                return json_response([observation.text, None])
             payload = self.reset_payload(instance, observation)
             if body.get("snapshot"):
                 payload["snapshot"] = await self.snapshot_of(instance)
@@ -251,6 +255,8 @@ class EnvService:
             env_ms = (time.perf_counter() - env_started) * 1000
             instance.done, instance.observation = transition.done, transition.observation
             payload = transition_fields(transition)
+            if instance.family == webshop.FAMILY:
+                payload["state"] = transition.observation.text  # AgentGym's WebShop field
             if body.get("snapshot"):
                 payload["snapshot"] = await self.snapshot_of(instance)
             data = self.answer(instance, body, payload)
@@ -269,8 +275,10 @@ class EnvService:
         return json_response(self.instance_from_query(request).observation.text)
 
     async def available_actions(self, request: Request) -> Response:
-        valid = self.instance_from_query(request).observation.valid_actions
-        return json_response({"available_actions": valid})
+        instance = self.instance_from_query(request)
+        if instance.family == webshop.FAMILY:
+            return json_response(webshop.available_actions(instance.observation))
+        return json_response({"available_actions": instance.observation.valid_actions})
 
     # --- thicket's routes ---
 
@@ -296,7 +304,7 @@ class EnvService:
             env = build_env(family, env_args)
         try:
             payload = {"family": family, "instructions": env.instructions, "can_snapshot": env.can_snapshot,
-                       "reward_semantics": env.reward_semantics.value}
+                       "reward_semantics": env.reward_semantics.value, "data_source": env.data_source}
         finally:
             await env.close()
         return json_response(payload)

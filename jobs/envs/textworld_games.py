@@ -53,18 +53,16 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
 import re
-import shutil
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from thicket.envs import register
+from thicket.envs.cache_dir import cache_root, publishing
 from thicket.envs.protocol import Observation, RewardSemantics, SyncEnv, Transition
 
 log = logging.getLogger("thicket.envs.textworld")
@@ -122,8 +120,7 @@ def _start(path: Path, infos: Any) -> Any:
 
 
 def default_cache_dir() -> Path:
-    env = os.environ.get("THICKET_TEXTWORLD_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "thicket" / "textworld"
+    return cache_root("textworld", "THICKET_TEXTWORLD_CACHE")
 
 
 @dataclass(frozen=True)
@@ -194,12 +191,7 @@ def _generate(settings: GameSettings, task: int, target: Path) -> None:
     from textworld.generator.chaining import QuestGenerationError
 
     started = time.monotonic()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # A fresh folder per generation (mkdir honours the umask, so the published game is as
-    # readable as the cache folder), renamed to `target` once complete.
-    work = target.parent / f".{target.name}.{uuid.uuid4().hex}"
-    work.mkdir()
-    try:
+    with publishing(target, "game.z8") as work:
         problem = ""
         # A seed whose world admits no quest of the asked length, or whose walkthrough
         # does not win at its last command (the parser can find "locker" ambiguous beside
@@ -219,18 +211,8 @@ def _generate(settings: GameSettings, task: int, target: Path) -> None:
             problem = f"the walkthrough of seed {seed} does not win"
         else:
             raise RuntimeError(f"TextWorld could not generate task {task}: {problem}")
-        try:
-            os.rename(work, target)  # atomic: the game and its JSON appear together
-        except OSError:
-            if not (target / "game.z8").exists():
-                raise
-            log.info("textworld: %s/%s: another process published it first; its copy is kept",
-                     target.parent.name, target.name)
-        else:
-            log.info("textworld: %s/%s generated (seed %d) in %.1f s",
-                     target.parent.name, target.name, seed, time.monotonic() - started)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    log.info("textworld: %s/%s generated (seed %d) in %.1f s", target.parent.name, target.name, seed,
+             time.monotonic() - started)
 
 
 def _walkthrough_wins(path: Path) -> bool:

@@ -45,7 +45,7 @@ class Expander:
                    guard: ContentGuard | None = None, **settings) -> Expander:
         cursor = EnvCursor(env, task, guard)
         observation = await cursor.reset()
-        tree = Tree.start(task, observation, seed, env.reward_semantics)
+        tree = Tree.start(task, observation, seed, env.reward_semantics, env.data_source)
         await cursor.remember(tree.root)
         return cls(tree=tree, cursor=cursor, policy=policy, instructions=env.instructions, **settings)
 

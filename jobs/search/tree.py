@@ -104,12 +104,13 @@ class Tree:
     seed: int
     size: int = 1  # nodes so far
     reward_semantics: RewardSemantics = RewardSemantics.INCREMENT
+    data_source: str | None = None  # the env's (None: its family's own tasks)
 
     @classmethod
     def start(cls, task: int, observation: Observation, seed: int,
-              reward_semantics: RewardSemantics = RewardSemantics.INCREMENT) -> Tree:
+              reward_semantics: RewardSemantics = RewardSemantics.INCREMENT, data_source: str | None = None) -> Tree:
         root = Node(parent=None, index=0, depth=0, observation=observation)
-        return cls(task=task, root=root, seed=seed, reward_semantics=reward_semantics)
+        return cls(task=task, root=root, seed=seed, reward_semantics=reward_semantics, data_source=data_source)
 
     def add_child(self, parent: Node, reply: Reply, transition: Transition, env_ms: float = 0.0) -> Node:
         child = Node(

@@ -79,6 +79,7 @@ TREE_SCHEMA = pa.schema(
         # rewards; running: this node's reward, the score so far); null in older shards
         ("path_return", pa.float32()),
         ("reward_semantics", pa.string()),  # increment | running (the env family's)
+        ("data_source", pa.string()),  # where the env's tasks came from; null: its family's own (and older shards)
         ("done", pa.bool_()),
         ("success", pa.bool_()),
         ("terminal", pa.bool_()),

@@ -119,6 +119,7 @@ def tree_table(tree: Tree, meta: TreeMeta) -> pa.Table:
             reward=node.reward,
             path_return=node.path_return,
             reward_semantics=tree.reward_semantics.value,
+            data_source=tree.data_source,
             done=node.done,
             success=node.success,
             terminal=node.terminal,

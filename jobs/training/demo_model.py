@@ -13,7 +13,7 @@ import json
 import shutil
 import subprocess
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from thicket.errors import BadInput
@@ -36,23 +36,37 @@ class Recipe:
     max_steps: int = 12  # tasks whose expert plan is longer are left out
     noise: float = 0.1  # share of planned steps preceded by a wasted one
     trainer: dict[str, object] = field(default_factory=dict)  # train_policy.Settings fields (else its defaults)
+    eval_start: int = EVAL_TASKS.start  # pass@1 tasks: below the expert tasks
+    eval_stop: int = EVAL_TASKS.stop
+    max_depth: int = DEMO_MAX_DEPTH  # of the pass@1 trajectories
 
     def experts(self) -> ExpertSet:
         return ExpertSet(self.env, range(self.tasks_start, self.tasks_stop), self.noise, self.seed, self.max_steps)
 
+    @property
+    def eval_tasks(self) -> range:
+        return range(self.eval_start, self.eval_stop)
+
 
 DEMO_RECIPE = Recipe()
+# `--train ENV`: each family's recipe (its expert tasks sized to what its planner costs).
+RECIPES: dict[str, Recipe] = {
+    "textcraft": DEMO_RECIPE,
+    "webshop": Recipe(env="webshop", tasks_start=1000, tasks_stop=2500, max_steps=12, eval_start=0, eval_stop=64),
+    "alfworld": Recipe(env="alfworld", tasks_start=1000, tasks_stop=1300, max_steps=40, eval_start=0, eval_stop=48,
+                       max_depth=40),
+}
 
 README = """# thicket demo policy ({env})
 
 A TOY: a {parameters:,}-parameter Llama (hidden {hidden}, {layers} layers, vocab {vocab}) trained
 for {steps} steps with torch on a CPU, by supervised fine-tuning on scripted play: {conversations:,}
 {env} tasks ({start} to {stop}, plans of at most {max_steps} steps) played by the env's own planner,
-with a wasted step (a random `get` or `inventory`) before {noise:.0%} of the planned ones. Its chats
-were rendered by thicket's own prompt code, exactly as a rollout renders them; each thought names
-the item the step is for ("for stick."; a wasted step's: "{wasted}"). It knows nothing else: it is
-for demos and tests, imperfect on purpose so that search
-has something to find. Made by `thicket make-model DIR --train {env} --seed {seed}`
+with a wasted step (a random action that leaves the plan intact) before {noise:.0%} of the planned
+ones. Its chats were rendered by thicket's own prompt code, exactly as a rollout renders them; each
+thought is the planner's short note of what the step is for (TextCraft: the item, "for stick."; a
+wasted step's: "{wasted}"). It knows nothing else: it is for demos and tests, imperfect on purpose
+so that search has something to find. Made by `thicket make-model DIR --train {env} --seed {seed}`
 (thicket/jobs/training/); figures in training.json.
 """
 
@@ -80,18 +94,19 @@ def train_demo_model(out_dir: str | Path, recipe: Recipe = DEMO_RECIPE, python: 
         raise BadInput(f"training the demo policy with {interpreter} failed: {reason}")
     summary = {"recipe": asdict(recipe), **json.loads(result.stdout.strip().splitlines()[-1])}
     if evaluate:
-        summary["eval"] = evaluation(out)
+        summary["eval"] = evaluation(out, recipe)
     (out / TRAINING_JSON).write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
     (out / "README.md").write_text(readme(summary))
     return summary
 
 
-def evaluation(model_dir: Path, seed: int = 0) -> dict[str, object]:
-    """pass@1 on EVAL_TASKS, EVAL_SAMPLES trajectories a task, as training.json records it."""
+def evaluation(model_dir: Path, recipe: Recipe = DEMO_RECIPE, seed: int = 0) -> dict[str, object]:
+    """pass@1 on the recipe's eval tasks, EVAL_SAMPLES trajectories a task, as training.json records it."""
+    tasks = recipe.eval_tasks
     with tempfile.TemporaryDirectory(prefix="thicket-eval-") as scratch:
-        rate = model_pass_at_1(model_dir, scratch, EVAL_TASKS, EVAL_SAMPLES, seed)
-    return {"env": "textcraft", "task_range": [EVAL_TASKS.start, EVAL_TASKS.stop], "samples": EVAL_SAMPLES, "seed": seed,
-            "policy": DEMO_POLICY, "max_depth": DEMO_MAX_DEPTH, **rate.to_json()}
+        rate = model_pass_at_1(model_dir, scratch, tasks, EVAL_SAMPLES, seed, recipe.env, recipe.max_depth)
+    return {"env": recipe.env, "task_range": [tasks.start, tasks.stop], "samples": EVAL_SAMPLES, "seed": seed,
+            "policy": DEMO_POLICY, "max_depth": recipe.max_depth, **rate.to_json()}
 
 
 def readme(summary: dict[str, object]) -> str:
@@ -120,7 +135,9 @@ def make_demo_model(out_dir: str | Path, train_env: str | None, seed: int, pytho
     if train_env is None:
         copy_demo_model(out_dir)
         return f"copied the trained demo policy (a toy: see its README.md) to {out_dir}"
-    recipe = Recipe(**{**asdict(DEMO_RECIPE), "env": train_env, "seed": seed})
+    if train_env not in RECIPES:
+        raise BadInput(f"make-model --train: no expert recipe for env '{train_env}'; one of {', '.join(sorted(RECIPES))}")
+    recipe = replace(RECIPES[train_env], seed=seed)
     summary = train_demo_model(out_dir, recipe, python)
     return (f"trained a {train_env} demo policy in {out_dir}: {summary['conversations']} expert chats, "
             f"loss {summary['final_loss']}, {summary['train_seconds']} s")

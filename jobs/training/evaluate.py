@@ -39,11 +39,12 @@ class PassRate:
                 "solved_tasks": self.solved_tasks, "pass_at_1": round(self.rate, 4)}
 
 
-def pass_spec(policy: dict[str, Any], output: str | Path, tasks: range, samples: int, seed: int) -> SweepSpec:
+def pass_spec(policy: dict[str, Any], output: str | Path, tasks: range, samples: int, seed: int,
+              env: str = "textcraft", max_depth: int = DEMO_MAX_DEPTH) -> SweepSpec:
     return parse_spec({
         "name": "pass-at-1",
-        "tasks": {"env": "textcraft", "start": tasks.start, "stop": tasks.stop, "per_index": len(tasks)},
-        "search": {"algorithm": "sample", "samples": samples, "max_depth": DEMO_MAX_DEPTH},
+        "tasks": {"env": env, "start": tasks.start, "stop": tasks.stop, "per_index": len(tasks)},
+        "search": {"algorithm": "sample", "samples": samples, "max_depth": max_depth},
         "policy": {**DEMO_POLICY, **policy},
         "run": {"progress": False},
         "output": str(output),
@@ -66,6 +67,7 @@ def pass_at_1(spec: SweepSpec) -> PassRate:
 
 
 def model_pass_at_1(model_dir: str | Path, output: str | Path, tasks: range = EVAL_TASKS, samples: int = 4,
-                    seed: int = 0) -> PassRate:
+                    seed: int = 0, env: str = "textcraft", max_depth: int = DEMO_MAX_DEPTH) -> PassRate:
     """pass@1 of a local model folder, served by a vLLM that thicket starts for the sweep."""
-    return pass_at_1(pass_spec({"kind": "vllm", "model": str(model_dir)}, output, tasks, samples, seed))
+    policy = {"kind": "vllm", "model": str(model_dir)}
+    return pass_at_1(pass_spec(policy, output, tasks, samples, seed, env, max_depth))

@@ -59,7 +59,29 @@ def textcraft_plan(task: int) -> Plan | None:
     return Plan(tuple(steps), wasted)
 
 
+def webshop_plan(task: int) -> Plan | None:
+    from thicket.envs.webshop.env import WebShopEnv
+    from thicket.envs.webshop.gold import gold_path
+
+    env = make_env("webshop")
+    assert isinstance(env, WebShopEnv)
+    goal = env.catalog.goal(task)
+    gold = gold_path(goal, env.catalog.by_asin[goal.asin], env.index)
+    return None if gold is None else Plan(tuple(Step(s.thought, s.action) for s in gold), ())
+
+
 PLANNERS: dict[str, Callable[[int], Plan | None]] = {"textcraft": textcraft_plan}
+PLANNERS["webshop"] = webshop_plan
+
+
+def alfworld_plan(task: int) -> Plan | None:
+    from thicket.envs.alfworld.expert import WASTED, gold_steps
+
+    steps = gold_steps(task)
+    return Plan(tuple(Step(t, a) for t, a in steps), WASTED) if steps else None
+
+
+PLANNERS["alfworld"] = alfworld_plan
 
 
 def planner(env: str) -> Callable[[int], Plan | None]:

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -20,31 +18,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.containers.conftest import rehearse
 from thicket.k8s.podman import S3_ACCESS
-from thicket.k8s.rehearsal import Images
 from thicket.shards.storage import committed_tasks, read_shard
 from thicket.storage import open_store
 from thicket.tiny_model import build_tiny_model, vllm_python
 
 pytestmark = pytest.mark.containers
-
-ROOT = Path(__file__).resolve().parents[2]
-THICKET = str(Path(sys.executable).parent / "thicket")
-POD_IMAGES = "worker env vllm-cpu s3-local"
-
-
-@pytest.fixture(scope="module")
-def images() -> Images:
-    if shutil.which("podman") is None:
-        pytest.fail("podman is not installed: .ci/run installs it (../shared/podman/setup.sh)", pytrace=False)
-    started = time.monotonic()
-    done = subprocess.run(["make", "images", f"IMAGES={POD_IMAGES}", "DOCKER=podman"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=3000)
-    assert done.returncode == 0, done.stderr[-3000:]
-    print(f"make images ({POD_IMAGES}): {time.monotonic() - started:.0f} s\n{done.stdout}")
-    from thicket import __version__
-
-    return Images.local(__version__)
 
 
 @pytest.fixture(scope="module")
@@ -66,14 +46,6 @@ def spec_file(folder: Path, name: str, model: str, **cluster: object) -> Path:
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
-
-
-def rehearse(spec: Path, workdir: Path, *args: str, timeout: float = 1500) -> subprocess.CompletedProcess[str]:
-    started = time.monotonic()
-    done = subprocess.run([THICKET, "rehearse", str(spec), "--workdir", str(workdir), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    print(f"thicket rehearse: exit {done.returncode} after {time.monotonic() - started:.0f} s\n{done.stdout}{done.stderr}")
-    return done
 
 
 def test_the_rendered_pods_commit_trees_and_write_datasets(images, tiny_model, tmp_path):

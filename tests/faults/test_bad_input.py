@@ -79,7 +79,7 @@ CASES = [
     Case("string-for-mapping", RUN, "search: Input should be a valid dictionary",
          variant("{algorithm: sample, samples: 2, max_depth: 3}", "sample")),
     # -- unknown names -------------------------------------------------------------------------
-    Case("unknown-env", RUN, "tasks.env: unknown env 'webshop'", variant("env: textcraft", "env: webshop")),
+    Case("unknown-env", RUN, "tasks.env: unknown env 'nethack'", variant("env: textcraft", "env: nethack")),
     Case("unknown-algorithm", RUN, "search: Input tag 'bfs'", variant("algorithm: sample", "algorithm: bfs")),
     Case("unknown-policy-kind", RUN, "policy.kind: Input should be 'vllm', 'openai' or 'uniform'",
          variant("kind: uniform", "kind: gpt")),
@@ -159,7 +159,7 @@ CASES = [
          "bucket 'bad-input-no-such-bucket' does not exist",
          env={"AWS_ENDPOINT_URL": "$s3", "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"},
          needs=("s3_server",)),
-    Case("serve-env-unknown-env", ("serve-env", "webshop", "--port", "0"), "serve-env: unknown env 'webshop'"),
+    Case("serve-env-unknown-env", ("serve-env", "nethack", "--port", "0"), "serve-env: unknown env 'nethack'"),
     Case("unknown-option", (*RUN, "--bogus"), "No such option '--bogus'", BASE),
     Case("bad-option-value", ("worker", "$spec", "--index", "two"), "Invalid value for '--index'", BASE),
     Case("unknown-command", ("frobnicate",), "No such command 'frobnicate'"),

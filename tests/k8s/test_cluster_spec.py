@@ -31,7 +31,7 @@ from thicket.k8s.spec import ClusterSpec
         ({"priority_class_name": "High!"}, "cluster.priority_class_name:"),
         ({"image_pull_secrets": ["a", "a"]}, "cluster.image_pull_secrets: names must be unique"),
         ({"envs": [{"family": "textcraft", "port": 8000}]}, "cluster: ports must differ"),
-        ({"envs": [{"family": "webshop"}]}, "cluster.envs.0.family: unknown env 'webshop'"),
+        ({"envs": [{"family": "nethack"}]}, "cluster.envs.0.family: unknown env 'nethack'"),
         ({"model_cache": {"hf_home": "relative/path"}}, "cluster.model_cache.hf_home: expected an absolute path"),
         ({"hf_home": "/x"}, "cluster: hf_home is now model_cache.hf_home"),
         ({"model_cache_pvc": "cache"}, "cluster: model_cache_pvc is now model_cache.claim"),

@@ -30,7 +30,7 @@ def test_env_server_settings_are_checked():
     assert parse_spec(SPEC | {"output": "o"}).tasks.env_server.mode == "sidecar"  # the default
     remote = {"mode": "remote", "url": "http://agentgym:36001", "adapter": "agentgym"}
     spec = parse_spec(SPEC | {"output": "o", "tasks": SPEC["tasks"] | {"env": "webshop", "env_server": remote}})
-    assert spec.tasks.env == "webshop"  # served by AgentGym only: fine with its adapter
+    assert spec.tasks.env == "webshop"  # AgentGym's own WebShop server, through its adapter
     for server, message in [
         ({"mode": "remote"}, "mode remote needs `url`"),
         ({"url": "http://h:1"}, "`url` goes with mode remote"),

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +51,24 @@ def test_wasted_steps_are_gets_or_inventory_before_planned_ones_and_keep_the_pla
 def test_an_env_without_a_planner_is_bad_input_naming_train():
     with pytest.raises(BadInput, match="^train: no expert planner for env 'sciworld'"):
         conversations(ExpertSet("sciworld", range(0, 2), noise=0.0, seed=0, max_steps=10))
+
+
+def test_webshop_expert_chats_replay_to_success_through_the_training_path():
+    chats = conversations(ExpertSet("webshop", range(1000, 1006), noise=0.0, seed=0, max_steps=12))
+    assert [chat["task"] for chat in chats] == list(range(1000, 1006))  # every task's plan won
+    for chat in chats:
+        env = make_env("webshop")
+        first = env.reset_sync(chat["task"])
+        assert chat["messages"][1] == prompts.observation_message(first.text, first.valid_actions, False)
+        for message in chat["messages"][2::2]:
+            step = env.step_sync(prompts.parse_reply(message["content"])[1])
+        assert step.success and step.reward == 1.0
+
+
+def test_make_model_train_names_the_envs_it_has_recipes_for(tmp_path):
+    thicket = str(Path(sys.executable).parent / "thicket")
+    done = subprocess.run([thicket, "make-model", str(tmp_path / "m"), "--train", "sciworld"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.strip().endswith(
+        "make-model --train: no expert recipe for env 'sciworld'; one of alfworld, textcraft, webshop")

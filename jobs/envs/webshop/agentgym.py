@@ -1,0 +1,31 @@
+"""AgentGym's WebShop server shapes, for `thicket serve-env webshop` (REFERENCE.md §2):
+POST /create (no body) -> a bare int; POST /reset {env_idx, session_id} -> [observation, null];
+POST /step -> {state, reward, done, info}; GET /available_actions -> {has_search_bar, clickables}.
+thicket's own fields ride along where the answer is an object."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from thicket.envs.protocol import Observation
+
+FAMILY = "webshop"
+
+
+def wants_bare_id(family: str, body: dict[str, Any]) -> bool:
+    """AgentGym's client creates with an empty body; thicket's names the family and its args."""
+    return family == FAMILY and not body
+
+
+def session_task(family: str, body: dict[str, Any]) -> int | None:
+    """The task of an AgentGym reset (its `session_id`), else None."""
+    value = body.get("session_id") if family == FAMILY else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def available_actions(observation: Observation) -> dict[str, Any]:
+    valid = observation.valid_actions
+    has_search_bar = valid is None or any(a.startswith("search[") for a in valid)
+    clicks = [a[len("click[") : -1] for a in valid or () if a.startswith("click[")]
+    return {"has_search_bar": has_search_bar, "clickables": ["search"] if has_search_bar else clicks,
+            "available_actions": valid}

@@ -1,0 +1,91 @@
+"""AgentGym's WebShop dialect both ways: thicket's AgentGym client against a server in AgentGym's
+WebShop shapes, and an AgentGym WebShop client (its requests and answers, written out with
+httpx) against `thicket serve-env webshop`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.support.agentgym_webshop import agentgym_webshop
+from tests.support.env_server import started
+from thicket.envs import make_env
+from thicket.envs.client import Adapter, ClientConfig, EnvClient
+from thicket.envs.process import EnvServerProcess
+from thicket.envs.webshop.env import WebShopEnv
+from thicket.training.experts import webshop_plan
+
+TASK = 4
+
+
+def expected_episode(task: int) -> tuple[list[str], list[float]]:
+    env = make_env("webshop")
+    assert isinstance(env, WebShopEnv)
+    plan = webshop_plan(task)
+    assert plan is not None
+    env.reset_sync(task)
+    actions = [step.action for step in plan.steps]
+    return actions, [env.step_sync(a).reward for a in actions]
+
+
+async def test_thickets_agentgym_client_plays_an_expert_episode_on_agentgym_webshop():
+    actions, rewards = expected_episode(TASK)
+    with agentgym_webshop() as url:
+        async with EnvClient(ClientConfig(url)) as client:
+            env = await client.env("webshop", adapter=Adapter.AGENTGYM)
+            assert not env.can_snapshot
+            first = await env.reset(TASK)
+            assert first.text.startswith("WebShop [SEP] Instruction: [SEP] ") and first.valid_actions is None
+            transitions = [await env.step(a) for a in actions]
+            await env.close()  # no /close on webshop: nothing is sent
+    assert [t.reward for t in transitions] == rewards and rewards[-1] == 1.0
+    assert transitions[-1].done and transitions[-1].success and not any(t.done for t in transitions[:-1])
+    item = transitions[actions.index(next(a for a in actions if a.startswith("click[b0")))]
+    assert item.observation.valid_actions and "click[buy now]" in item.observation.valid_actions
+
+
+@pytest.fixture(scope="module")
+def webshop_server() -> Iterator[EnvServerProcess]:
+    s = started(["webshop"])
+    yield s
+    s.stop()
+
+
+@pytest.mark.parametrize("prefix", ["/webshop", ""])
+def test_an_agentgym_webshop_client_works_unchanged(webshop_server, prefix):
+    """Requests as AgentGym's WebshopEnvClient makes them: create with no body, env_idx in
+    every body and query, reset by session_id, the answer's `state`."""
+    actions, rewards = expected_episode(TASK)
+    with httpx.Client(base_url=webshop_server.url + prefix) as http:
+        env_idx = http.post("/create").json()
+        assert isinstance(env_idx, int)
+        reset = http.post("/reset", json={"session_id": TASK, "env_idx": env_idx}).json()
+        assert isinstance(reset, list) and reset[1] is None
+        assert reset[0].startswith("WebShop [SEP] Instruction: [SEP] ")
+        assert http.get(f"/observation?env_idx={env_idx}").json() == reset[0]
+        listed = http.get(f"/available_actions?env_idx={env_idx}").json()
+        assert listed["has_search_bar"] is True and listed["clickables"] == ["search"]
+        for action, reward in zip(actions, rewards, strict=True):
+            step = http.post("/step", json={"action": action, "env_idx": env_idx}).json()
+            assert {"state", "reward", "done", "info"} <= set(step)
+            assert step["reward"] == reward
+            if action.startswith("click[b0"):
+                listed = http.get(f"/available_actions?env_idx={env_idx}").json()
+                assert listed["has_search_bar"] is False and "buy now" in listed["clickables"]
+                assert http.get(f"/observation?env_idx={env_idx}").json() == step["state"]
+        assert step["done"] is True and step["reward"] == 1.0
+        assert step["state"].startswith("Thank you for shopping with us!")
+
+
+async def test_thickets_own_client_still_gets_thicket_shapes_from_serve_env_webshop(webshop_server):
+    actions, rewards = expected_episode(TASK)
+    async with EnvClient(ClientConfig(webshop_server.url)) as client:
+        env = await client.env("webshop", {"search_actions": 2})
+        assert env.can_snapshot
+        first = await env.reset(TASK)
+        assert first.valid_actions is not None and len(first.valid_actions) == 2
+        transitions = [await env.step(a) for a in actions]
+        await env.close()
+    assert [t.reward for t in transitions] == rewards and transitions[-1].success
