@@ -4,14 +4,12 @@ cache folder, and folders published whole, by one atomic rename."""
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import shutil
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-
-log = logging.getLogger("thicket.envs")
 
 
 def cache_root(family: str, variable: str) -> Path:
@@ -20,22 +18,28 @@ def cache_root(family: str, variable: str) -> Path:
     return Path(env) if env else Path.home() / ".cache" / "thicket" / family
 
 
+@dataclass
+class Publication:
+    work: Path  # the folder to write into
+    published: bool = False  # after the block: whether `work` became the target (else another copy won)
+
+
 @contextlib.contextmanager
-def publishing(target: Path, marker: str) -> Iterator[Path]:
+def publishing(target: Path, marker: str) -> Iterator[Publication]:
     """A fresh folder beside `target` to write into, renamed to `target` when the block ends
     without an error, so its files appear together. Where another process published `target`
     first (its `marker` file exists), that copy is kept. The work folder never outlives the block."""
     target.parent.mkdir(parents=True, exist_ok=True)
     # mkdir honours the umask: the published folder is as readable as the cache folder
-    work = target.parent / f".{target.name}.{uuid.uuid4().hex}"
-    work.mkdir()
+    publication = Publication(target.parent / f".{target.name}.{uuid.uuid4().hex}")
+    publication.work.mkdir()
     try:
-        yield work
+        yield publication
         try:
-            os.rename(work, target)
+            os.rename(publication.work, target)
+            publication.published = True
         except OSError:
             if not (target / marker).exists():
                 raise
-            log.info("%s/%s: another process published it first; its copy is kept", target.parent.name, target.name)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(publication.work, ignore_errors=True)

@@ -191,7 +191,8 @@ def _generate(settings: GameSettings, task: int, target: Path) -> None:
     from textworld.generator.chaining import QuestGenerationError
 
     started = time.monotonic()
-    with publishing(target, "game.z8") as work:
+    with publishing(target, "game.z8") as publication:
+        work = publication.work
         problem = ""
         # A seed whose world admits no quest of the asked length, or whose walkthrough
         # does not win at its last command (the parser can find "locker" ambiguous beside
@@ -211,8 +212,12 @@ def _generate(settings: GameSettings, task: int, target: Path) -> None:
             problem = f"the walkthrough of seed {seed} does not win"
         else:
             raise RuntimeError(f"TextWorld could not generate task {task}: {problem}")
-    log.info("textworld: %s/%s generated (seed %d) in %.1f s", target.parent.name, target.name, seed,
-             time.monotonic() - started)
+    if publication.published:
+        log.info("textworld: %s/%s generated (seed %d) in %.1f s", target.parent.name, target.name, seed,
+                 time.monotonic() - started)
+    else:
+        log.info("textworld: %s/%s: another process published it first; its copy is kept",
+                 target.parent.name, target.name)
 
 
 def _walkthrough_wins(path: Path) -> bool:

@@ -88,7 +88,8 @@ def check(game: tasks.Game, w: Wording, data: dict[str, Any]) -> str | None:
 
 def _generate(task: int, w: Wording, target: Path) -> None:
     started = time.monotonic()
-    with publishing(target, GAME_FILE) as work:
+    with publishing(target, GAME_FILE) as publication:
+        work = publication.work
         problem = ""
         for attempt in range(MAX_ATTEMPTS):
             game = tasks.make_game(task, attempt)
@@ -101,5 +102,6 @@ def _generate(task: int, w: Wording, target: Path) -> None:
             raise RuntimeError(f"alfworld could not generate task {task}: {problem}")
         (work / GAME_FILE).write_text(json.dumps(data))
         (work / TRAJ_FILE).write_text(json.dumps(traj, indent=1))
-    log.info("alfworld: %s/%s generated (attempt %d) in %.1f s", target.parent.name, target.name, attempt,
-             time.monotonic() - started)
+    if publication.published:
+        log.info("alfworld: %s/%s generated (attempt %d) in %.1f s", target.parent.name, target.name, attempt,
+                 time.monotonic() - started)

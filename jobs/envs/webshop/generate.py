@@ -231,6 +231,6 @@ def synthetic_files(products: int, seed: int, cache_dir: Path | None = None) -> 
 
 
 def _publish(target: Path, data: tuple[Any, Any, Any]) -> None:
-    with publishing(target, PRODUCTS_FILE) as work:  # the three files appear together
+    with publishing(target, PRODUCTS_FILE) as publication:  # the three files appear together
         for name, payload in zip((PRODUCTS_FILE, ATTRIBUTES_FILE, HUMAN_GOALS_FILE), data, strict=True):
-            (work / name).write_text(json.dumps(payload), encoding="utf-8")
+            (publication.work / name).write_text(json.dumps(payload), encoding="utf-8")
