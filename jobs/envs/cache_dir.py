@@ -4,10 +4,13 @@ cache folder, and folders published whole, by one atomic rename."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
+import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +19,20 @@ def cache_root(family: str, variable: str) -> Path:
     """$variable, else ~/.cache/thicket/<family>."""
     env = os.environ.get(variable)
     return Path(env) if env else Path.home() / ".cache" / "thicket" / family
+
+
+# One lock per folder being generated in this process, so that two envs (threads) asking for
+# the same missing folder generate it once: the second waits, then finds the first's.
+_GENERATING: dict[Path, threading.Lock] = {}
+_GENERATING_GUARD = threading.Lock()
+
+
+@contextlib.contextmanager
+def generating_once(target: Path) -> Iterator[None]:
+    with _GENERATING_GUARD:
+        lock = _GENERATING.setdefault(target, threading.Lock())
+    with lock:
+        yield
 
 
 @dataclass
@@ -43,3 +60,25 @@ def publishing(target: Path, marker: str) -> Iterator[Publication]:
                 raise
     finally:
         shutil.rmtree(publication.work, ignore_errors=True)
+
+
+def cached_folder(target: Path, marker: str, build: Callable[[Path], str], log: logging.Logger) -> Path:
+    """`target`, built on first use: `build(work)` writes the folder's files into `work` and
+    returns how it made them (logged), then the folder is published whole (`publishing`).
+    Built once per process however many threads ask (`generating_once`); where another
+    process publishes first, its copy is kept. `marker`: the file whose presence means done."""
+    if (target / marker).exists():
+        return target
+    with generating_once(target):
+        if (target / marker).exists():  # another thread of this process made it meanwhile
+            return target
+        started = time.monotonic()
+        with publishing(target, marker) as publication:
+            how = build(publication.work)
+        name = f"{target.parent.name}/{target.name}"
+        if publication.published:
+            log.info("%s: %s generated (%s) in %.1f s", log.name.rsplit(".", 1)[-1], name, how,
+                     time.monotonic() - started)
+        else:
+            log.info("%s: %s: another process published it first; its copy is kept", log.name.rsplit(".", 1)[-1], name)
+    return target

@@ -6,16 +6,9 @@ actions (its answers are free text): its sweep runs the tiny model on the sessio
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-from tests.support.dataset_checks import check_sweep
-
-THICKET = str(Path(sys.executable).parent / "thicket")
+from tests.support.dataset_checks import run_checked_sweep
 
 FAMILIES = {
     "frozenlake": ("{env: frozenlake, env_args: {is_slippery: true}, start: 0, stop: 6}",
@@ -44,16 +37,10 @@ def test_a_real_sweep_of_every_family_writes_rows_right_by_the_definitions(famil
     tasks = tasks[:-1] + ", env_server: {mode: in_process}}"  # no sidecar to start: the env is what is tested
     spec.write_text(f"name: {family}\ntasks: {tasks}\nsearch: {search}\npolicy: {{kind: uniform}}\n"
                     f"output: {tmp_path / 'out'}\nseed: 3\n")
-    done = subprocess.run([THICKET, "run", str(spec), "--no-progress"], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    sweep = tmp_path / "out" / family
-    checked = check_sweep(sweep)
-    stats = json.loads((sweep / "datasets" / "stats.json").read_text())
-    assert set(stats["reward_semantics"]) == {semantics}
-    assert stats["stop_reasons"].get("error", 0) == 0
-    assert checked["nodes"] > stats["trees"]
+    checked = run_checked_sweep(spec, tmp_path / "out" / family)
+    assert set(checked.stats["reward_semantics"]) == {semantics}
     if family in WITH_ROWS:  # a uniform policy solves these now and then: rows to check
-        assert sum(n for name, n in checked.items() if name != "nodes") > 0, f"{family}: no dataset rows"
+        assert sum(n for name, n in checked.rows.items() if name != "nodes") > 0, f"{family}: no dataset rows"
 
 
 @pytest.mark.vllm
@@ -64,10 +51,6 @@ def test_a_real_math_sweep_with_a_served_model_holds_the_same_properties(vllm_se
         "search: {algorithm: dense, width: 3, max_depth: 3, run_budget: 6}\n"
         f"policy: {{kind: openai, url: '{vllm_server.url}', model: {vllm_server.served_name}, max_tokens: 24}}\n"
         f"output: {tmp_path / 'out'}\nseed: 3\n")
-    done = subprocess.run([THICKET, "run", str(spec), "--no-progress"], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    sweep = tmp_path / "out" / "math"
-    checked = check_sweep(sweep)
-    stats = json.loads((sweep / "datasets" / "stats.json").read_text())
-    assert set(stats["reward_semantics"]) == {"increment"} and checked["nodes"] > stats["trees"]
-    assert checked.get("tokens", 0) == stats["leaves"]  # a served model: every path has its token row
+    checked = run_checked_sweep(spec, tmp_path / "out" / "math")
+    assert set(checked.stats["reward_semantics"]) == {"increment"}
+    assert checked.rows.get("tokens", 0) == checked.stats["leaves"]  # a served model: every path has its token row

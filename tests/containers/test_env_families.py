@@ -5,17 +5,13 @@ Their games and catalogue are generated inside the sidecar, from a cold cache, a
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.containers.conftest import rehearse
-from thicket.k8s.podman import S3_ACCESS
-from thicket.shards.storage import committed_tasks, read_shard
-from thicket.storage import open_store
+from tests.containers.conftest import committed_trees, rehearsal_store, rehearse
 
 pytestmark = pytest.mark.containers
 
@@ -44,18 +40,11 @@ def test_a_uniform_sweep_runs_in_the_env_image(images, tmp_path, env):
     pod = next(o for o in played if o and o["kind"] == "Pod")
     assert [c["name"] for c in pod["spec"]["containers"]] == [f"env-{env}", "worker"]
 
-    endpoint = next(line.split()[2] for line in done.stdout.splitlines() if line.startswith("local S3 "))
-    os.environ.update({**S3_ACCESS, "AWS_ENDPOINT_URL": endpoint})
-    try:
-        store = open_store(f"s3://thicket/sweeps/{name}")
-        markers = committed_tasks(store)
-        assert sorted(markers) == [0, 1]
-        trees = [read_shard(store, m) for m in markers.values()]
-        stops = [s for t in trees for s in t.column("stop_reason").to_pylist()]
+    with rehearsal_store(done.stdout, name) as store:
+        trees = committed_trees(store)
+        assert sorted(trees) == [0, 1]
+        stops = [s for t in trees.values() for s in t.column("stop_reason").to_pylist()]
         assert "error" not in stops, stops  # every step the sidecar answered
-        assert all(t.num_rows >= 3 for t in trees)  # the root and two trajectories' first steps at least
+        assert all(t.num_rows >= 3 for t in trees.values())  # the root and two trajectories' first steps at least
         success = json.loads(store.get("datasets/_SUCCESS.json"))
-    finally:
-        for key in (*S3_ACCESS, "AWS_ENDPOINT_URL"):
-            os.environ.pop(key, None)
     assert success

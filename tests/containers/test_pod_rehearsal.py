@@ -9,7 +9,6 @@ sidecar, the worker) and the aggregation pod against a local S3 container, and c
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 import uuid
@@ -18,10 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.containers.conftest import rehearse
-from thicket.k8s.podman import S3_ACCESS
-from thicket.shards.storage import committed_tasks, read_shard
-from thicket.storage import open_store
+from tests.containers.conftest import committed_trees, rehearsal_store, rehearse
 from thicket.tiny_model import build_tiny_model, vllm_python
 
 pytestmark = pytest.mark.containers
@@ -73,20 +69,13 @@ def test_the_rendered_pods_commit_trees_and_write_datasets(images, tiny_model, t
     assert f"pod {name}-0 from outside: 8000 closed, 8100 closed, 9090 open" in done.stdout
 
     # Both tasks committed once, on the local S3, with the model's token accounting.
-    endpoint = next(line.split()[2] for line in done.stdout.splitlines() if line.startswith("local S3 "))
-    os.environ.update({**S3_ACCESS, "AWS_ENDPOINT_URL": endpoint})
-    try:
-        store = open_store(f"s3://thicket/sweeps/{name}")
-        markers = committed_tasks(store)
-        assert sorted(markers) == [0, 1]
-        rows = [read_shard(store, m) for m in markers.values()]
-        assert all(t.num_rows > 1 for t in rows)  # root and the expanded nodes
-        cached = [v for t in rows for v in t.column("cached_tokens").to_pylist() if v is not None]
+    with rehearsal_store(done.stdout, name) as store:
+        trees = committed_trees(store)
+        assert sorted(trees) == [0, 1]
+        assert all(t.num_rows > 1 for t in trees.values())  # root and the expanded nodes
+        cached = [v for t in trees.values() for v in t.column("cached_tokens").to_pylist() if v is not None]
         assert cached, "cached_tokens is null in every row: vLLM ran without --enable-prompt-tokens-details"
         success = json.loads(store.get("datasets/_SUCCESS.json"))
-    finally:
-        for key in (*S3_ACCESS, "AWS_ENDPOINT_URL"):
-            os.environ.pop(key, None)
     assert success and (tmp_path / "pulled" / "datasets" / "_SUCCESS.json").is_file()
 
 

@@ -28,7 +28,8 @@ from thicket.envs import make_env
 from thicket.envs.client import ClientConfig, EnvClient
 from thicket.envs.process import EnvServerProcess
 from thicket.envs.protocol import Env
-from thicket.envs.textworld_games import GameSettings, TextWorldEnv
+from thicket.envs.textworld_games import TextWorldEnv
+from thicket.envs.textworld_generate import GameSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 THICKET = str(Path(sys.executable).parent / "thicket")

@@ -79,6 +79,15 @@ def test_an_agentgym_webshop_client_works_unchanged(webshop_server, prefix):
         assert step["state"].startswith("Thank you for shopping with us!")
 
 
+@pytest.mark.parametrize("session", ["x", -1, 2.5])
+def test_a_bad_session_id_is_refused_not_read_as_task_0(webshop_server, session):
+    with httpx.Client(base_url=webshop_server.url) as http:
+        env_idx = http.post("/create").json()
+        answer = http.post("/reset", json={"session_id": session, "env_idx": env_idx})
+        assert answer.status_code == 422 and "session_id" in answer.text, answer.text  # as a bad `data_idx`
+        assert http.post("/reset", json={"session_id": "3", "env_idx": env_idx}).json()[1] is None  # as AgentGym's
+
+
 async def test_thickets_own_client_still_gets_thicket_shapes_from_serve_env_webshop(webshop_server):
     actions, rewards = expected_episode(TASK)
     async with EnvClient(ClientConfig(webshop_server.url)) as client:

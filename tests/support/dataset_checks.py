@@ -6,7 +6,10 @@ env's reward semantics, evaluated leaves by their stop reason)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -168,3 +171,26 @@ def check_revision(ref: Rows, row: dict, alpha: float, beta: float) -> None:
     suffix = messages[len(prefix) + 2 :]
     assert plain(suffix) == ref.path_chat(good[-1])[len(ref.chat(good[split])) :]
     assert all(m["loss"] == (m["role"] == "assistant") for m in suffix)
+
+
+THICKET = str(Path(sys.executable).parent / "thicket")
+
+
+@dataclass(frozen=True)
+class CheckedSweep:
+    rows: dict[str, int]  # rows checked, per dataset, and "nodes"
+    stats: dict  # datasets/stats.json
+    folder: Path
+
+
+def run_checked_sweep(spec: Path, sweep: Path, timeout: float = 600) -> CheckedSweep:
+    """`thicket run SPEC` (its sweep folder: `sweep`), then every row of its datasets checked
+    against its trees; no tree has an error leaf and some tree grew past its root."""
+    done = subprocess.run([THICKET, "run", str(spec), "--no-progress"], capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = check_sweep(sweep)
+    stats = json.loads((sweep / "datasets" / "stats.json").read_text())
+    assert stats["stop_reasons"].get("error", 0) == 0, stats["stop_reasons"]
+    assert rows["nodes"] > stats["trees"]
+    return CheckedSweep(rows, stats, sweep)

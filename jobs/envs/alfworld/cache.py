@@ -12,18 +12,17 @@ and the alfworld version whose data files went in.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
 from thicket.envs.alfworld import tasks, wording
 from thicket.envs.alfworld.engine import Engine
 from thicket.envs.alfworld.wording import Wording
-from thicket.envs.cache_dir import cache_root, publishing
-from thicket.envs.textworld_games import _generating
+from thicket.envs.cache_dir import cache_root, cached_folder
 
 log = logging.getLogger("thicket.envs.alfworld")
 
@@ -36,6 +35,7 @@ def default_cache_dir() -> Path:
     return cache_root("alfworld", "THICKET_ALFWORLD_CACHE")
 
 
+@functools.cache
 def cache_key(w: Wording) -> str:
     return f"gen{tasks.GENERATOR_VERSION}-{w.value}-alfworld{importlib.metadata.version('alfworld')}"
 
@@ -44,11 +44,7 @@ def game_dir(task: int, w: Wording, cache_dir: Path) -> Path:
     """The folder of task `task`'s game, generating and checking it on first use. Safe from
     several threads and several processes at once."""
     target = cache_dir / cache_key(w) / f"task_{task}"
-    if not (target / GAME_FILE).exists():
-        with _generating(target):
-            if not (target / GAME_FILE).exists():
-                _generate(task, w, target)
-    return target
+    return cached_folder(target, GAME_FILE, lambda work: _generate(task, w, work), log)
 
 
 def game_files(game: tasks.Game, w: Wording) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -86,22 +82,15 @@ def check(game: tasks.Game, w: Wording, data: dict[str, Any]) -> str | None:
         engine.close()
 
 
-def _generate(task: int, w: Wording, target: Path) -> None:
-    started = time.monotonic()
-    with publishing(target, GAME_FILE) as publication:
-        work = publication.work
-        problem = ""
-        for attempt in range(MAX_ATTEMPTS):
-            game = tasks.make_game(task, attempt)
-            data, traj = game_files(game, w)
-            problem = check(game, w, data) or ""
-            if not problem:
-                break
-            log.info("alfworld: task %d attempt %d rejected: %s", task, attempt, problem)
-        else:
-            raise RuntimeError(f"alfworld could not generate task {task}: {problem}")
-        (work / GAME_FILE).write_text(json.dumps(data))
-        (work / TRAJ_FILE).write_text(json.dumps(traj, indent=1))
-    if publication.published:
-        log.info("alfworld: %s/%s generated (attempt %d) in %.1f s", target.parent.name, target.name, attempt,
-                 time.monotonic() - started)
+def _generate(task: int, w: Wording, work: Path) -> str:
+    problem = ""
+    for attempt in range(MAX_ATTEMPTS):
+        game = tasks.make_game(task, attempt)
+        data, traj = game_files(game, w)
+        problem = check(game, w, data) or ""
+        if not problem:
+            (work / GAME_FILE).write_text(json.dumps(data))
+            (work / TRAJ_FILE).write_text(json.dumps(traj, indent=1))
+            return f"attempt {attempt}"
+        log.info("alfworld: task %d attempt %d rejected: %s", task, attempt, problem)
+    raise RuntimeError(f"alfworld could not generate task {task}: {problem}")

@@ -4,7 +4,7 @@ Fast Downward's libdownward), with exact snapshots.
 Thread safety: loading translates the PDDL with Fast Downward's translator (it rewrites
 sys.argv and captures sys.stdout) and parses the grammar, and every step and reset parses
 text templates and conditions with TextWorld's module-level tatsu parsers. All of it runs
-under the process-wide TextWorld lock of `thicket.envs.textworld_games`. Each engine
+under the process-wide TextWorld lock of `thicket.envs.textworld_generate`. Each engine
 loads its own copy of libdownward (Fast Downward's `load_lib` copies the library file),
 so engines do not share planner state.
 
@@ -24,13 +24,14 @@ import functools
 import itertools
 import sys
 import threading
+import weakref
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from thicket.envs.alfworld.names import display_names
-from thicket.envs.textworld_games import _TEXTWORLD
+from thicket.envs.textworld_generate import TEXTWORLD_LOCK
 
 
 _SERIALS = itertools.count(1)
@@ -65,8 +66,10 @@ class Engine:
     def __init__(self, game_data: dict[str, Any]) -> None:
         self.serial = next(_SERIALS)  # names this engine in snapshots (ids of dead objects recur)
         self._lib = _acquire_lib()
+        # the copy goes back to the pool on close(), or when an unclosed engine is collected
+        self._release = weakref.finalize(self, _release_lib, self._lib)
         try:
-            with _TEXTWORLD:
+            with TEXTWORLD_LOCK:
                 _memoize_text_parsing()
                 argv = list(sys.argv)  # Fast Downward's translator overwrites sys.argv
                 try:
@@ -75,7 +78,7 @@ class Engine:
                 finally:
                     sys.argv[:] = argv
         except BaseException:
-            _release_lib(self._lib)
+            self._release()
             raise
         self._opening = self.snapshot()
 
@@ -117,7 +120,7 @@ class Engine:
         return self.current
 
     def step(self, command: str) -> StepResult:
-        with _TEXTWORLD:
+        with TEXTWORLD_LOCK:
             self._env.step(command)
         return self.current
 
@@ -140,9 +143,8 @@ class Engine:
         env.state, env._moves = snap.game_state, snap.moves
 
     def close(self) -> None:
-        if self._lib is not None:
-            _release_lib(self._lib)
-            self._lib = None
+        self._release()  # once: a finalizer runs at most once
+        self._lib = None
 
 
 # Loaded copies of libdownward not in use. A copy is never unloaded: loading a new copy

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from thicket.envs import register
+from thicket.envs.env_args import int_arg, path_arg
 from thicket.envs.alfworld import cache, official, tasks
 from thicket.envs.alfworld.engine import Engine, EngineSnapshot
 from thicket.envs.alfworld.wording import Wording
@@ -224,12 +225,13 @@ def make_alfworld(
     order: str = "sorted",
     max_steps: int | None = None,
 ) -> AlfWorldEnv:
-    if max_steps is not None and (not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1):
-        raise BadInput(f"env_args.max_steps: {max_steps!r}; expected a whole number >= 1 (or leave it out)")
+    if max_steps is not None:
+        max_steps = int_arg("alfworld", "max_steps", max_steps, 1)
     if order not in official.ORDERS:
         raise BadInput(f"env_args.order: {order!r} is not one of {', '.join(official.ORDERS)}")
-    if data_dir is None and split is None and task_types is None:
-        return AlfWorldEnv(Generated(_wording(wording), Path(cache_dir) if cache_dir else cache.default_cache_dir()),
-                           max_steps)
+    folder = path_arg("alfworld", "data_dir", data_dir)
+    if folder is None and split is None and task_types is None:
+        games = path_arg("alfworld", "cache_dir", cache_dir) or cache.default_cache_dir()
+        return AlfWorldEnv(Generated(_wording(wording), games), max_steps)
     types = official.task_types_arg(task_types)
-    return AlfWorldEnv(Official(official.split_dir(data_dir, split or "train"), types, order), max_steps)
+    return AlfWorldEnv(Official(official.split_dir(folder, split or "train"), types, order), max_steps)

@@ -31,7 +31,7 @@ GAME_FILE = "game.tw-pddl"
 TRAJ_FILE = "traj_data.json"
 
 
-def split_dir(data_dir: str | None, split: str) -> Path:
+def split_dir(data_dir: Path | None, split: str) -> Path:
     if split not in SPLITS:
         raise BadInput(f"env_args.split: {split!r} is not one of {', '.join(SPLITS)}")
     root = data_dir or os.environ.get("ALFWORLD_DATA")
@@ -53,7 +53,7 @@ def _walk(top: Path, order: str) -> Iterator[tuple[str, list[str]]]:
         return
     entries = sorted(os.scandir(top), key=lambda e: e.name)
     for entry in entries:
-        if entry.is_dir():
+        if entry.is_dir(follow_symlinks=False):  # as os.walk: a link to a folder is not walked into
             yield from _walk(Path(entry.path), order)
     yield str(top), [e.name for e in entries if not e.is_dir()]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from thicket.envs.protocol import Observation
+from thicket.envs.wire import ApiError, ErrorCode, int_field
 
 FAMILY = "webshop"
 
@@ -18,9 +19,13 @@ def wants_bare_id(family: str, body: dict[str, Any]) -> bool:
 
 
 def session_task(family: str, body: dict[str, Any]) -> int | None:
-    """The task of an AgentGym reset (its `session_id`), else None."""
-    value = body.get("session_id") if family == FAMILY else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    """The task of an AgentGym reset (its `session_id`: refused unless a whole number >= 0), else None."""
+    if family != FAMILY or body.get("session_id") is None:
+        return None
+    task = int_field(body, "session_id")
+    if task < 0:
+        raise ApiError(ErrorCode.BAD_REQUEST, f"`session_id` must be >= 0, got {task}")
+    return task
 
 
 def available_actions(observation: Observation) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from thicket.envs import register
+from thicket.envs.env_args import int_arg, path_arg
 from thicket.envs.protocol import Observation, SyncEnv, Transition
 from thicket.envs.webshop.catalog import Catalog, DataFiles, load
 from thicket.envs.webshop.generate import synthetic_files
@@ -83,19 +84,12 @@ def shop_data(files: DataFiles) -> tuple[Catalog, SearchIndex]:
     return catalog, SearchIndex(catalog.products)
 
 
-def _int_arg(name: str, value: Any, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise BadInput(f"webshop: env_args.{name} must be an integer from {low} to {high}, got {value!r}")
-    return value
-
-
-def resolve_files(data_dir: str | None, goals: str, products: int, seed: int, cache_dir: str | None) -> DataFiles:
+def resolve_files(data_dir: Path | None, goals: str, products: int, seed: int, cache_dir: Path | None) -> DataFiles:
     if goals not in GOAL_MODES:
         raise BadInput(f"webshop: env_args.goals must be one of {', '.join(GOAL_MODES)}, got {goals!r}")
-    data_dir = data_dir or os.environ.get("WEBSHOP_DATA") or None
     if data_dir:
         return data_files(data_dir, goals)
-    files = synthetic_files(products, seed, Path(cache_dir).expanduser() if cache_dir else None)
+    files = synthetic_files(products, seed, cache_dir)
     return files if goals != "synthetic" else replace(files, human_goals=None)
 
 
@@ -153,11 +147,12 @@ class WebShopEnv(SyncEnv):
             return search_actions(self.shop.goal.instruction, n) if n else None
         return tuple(f"click[{value}]" for value in self.shop.clickables(self._state))
 
-    def walkthrough(self) -> list[str] | None:
-        """A gold path's actions for the current task (see thicket.envs.webshop.gold)."""
+    @property
+    def walkthrough(self) -> tuple[str, ...]:
+        """A gold path's actions for the current task, empty if none (thicket.envs.webshop.gold)."""
         goal = self.shop.goal
         steps = gold_path(goal, self.catalog.by_asin[goal.asin], self.index)
-        return None if steps is None else [step.action for step in steps]
+        return () if steps is None else tuple(step.action for step in steps)
 
     def snapshot_sync(self) -> WebShopSnapshot:
         return WebShopSnapshot(self._task, self._state, self._steps)
@@ -183,9 +178,10 @@ def make_webshop(
     cache_dir: str | None = None,
     search_actions: int = 3,
 ) -> WebShopEnv:
-    products, seed = _int_arg("products", products, 100, 20000), _int_arg("seed", seed, 0, 2**31)
-    files = resolve_files(data_dir, goals, products, seed, cache_dir)
-    generated = not (data_dir or os.environ.get("WEBSHOP_DATA"))
-    source = (f"thicket's synthetic WebShop catalogue ({products} products, seed {seed}): NOT WebShop's benchmark, "
-              "figures on it are not comparable with the papers'") if generated else None
-    return WebShopEnv(files, _int_arg("search_actions", search_actions, 0, 20), source)
+    products, seed = int_arg("webshop", "products", products, 100, 20000), int_arg("webshop", "seed", seed, 0, 2**31)
+    folder = path_arg("webshop", "data_dir", data_dir or os.environ.get("WEBSHOP_DATA"))
+    files = resolve_files(folder, goals, products, seed, path_arg("webshop", "cache_dir", cache_dir))
+    source = None if folder else (
+        f"thicket's synthetic WebShop catalogue ({products} products, seed {seed}, goals {goals}): "
+        "NOT WebShop's benchmark, figures on it are not comparable with the papers'")
+    return WebShopEnv(files, int_arg("webshop", "search_actions", search_actions, 0, 20), source)

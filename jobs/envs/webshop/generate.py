@@ -14,13 +14,16 @@ share the cache: the first complete folder wins.
 from __future__ import annotations
 
 import json
+import logging
 import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from thicket.envs.cache_dir import cache_root, publishing
+from thicket.envs.cache_dir import cache_root, cached_folder
 from thicket.envs.webshop.catalog import DataFiles
+
+log = logging.getLogger("thicket.envs.webshop")
 
 GENERATOR_VERSION = 2
 PRODUCTS_FILE = "items_shuffle_synthetic.json"
@@ -224,13 +227,11 @@ def default_cache_dir() -> Path:
 def synthetic_files(products: int, seed: int, cache_dir: Path | None = None) -> DataFiles:
     """The generated catalogue's files, generating them on first use."""
     target = (cache_dir or default_cache_dir()) / f"synthetic-{products}-{seed}-v{GENERATOR_VERSION}"
-    files = DataFiles(target / PRODUCTS_FILE, target / ATTRIBUTES_FILE, target / HUMAN_GOALS_FILE)
-    if not files.products.exists():
-        _publish(target, generate(products, seed))
-    return files
+    cached_folder(target, PRODUCTS_FILE, lambda work: _write(work, products, seed), log)  # the files appear together
+    return DataFiles(target / PRODUCTS_FILE, target / ATTRIBUTES_FILE, target / HUMAN_GOALS_FILE)
 
 
-def _publish(target: Path, data: tuple[Any, Any, Any]) -> None:
-    with publishing(target, PRODUCTS_FILE) as publication:  # the three files appear together
-        for name, payload in zip((PRODUCTS_FILE, ATTRIBUTES_FILE, HUMAN_GOALS_FILE), data, strict=True):
-            (publication.work / name).write_text(json.dumps(payload), encoding="utf-8")
+def _write(work: Path, products: int, seed: int) -> str:
+    for name, payload in zip((PRODUCTS_FILE, ATTRIBUTES_FILE, HUMAN_GOALS_FILE), generate(products, seed), strict=True):
+        (work / name).write_text(json.dumps(payload), encoding="utf-8")
+    return f"{products} products, seed {seed}"
