@@ -112,6 +112,38 @@ def run(spec: str, output: str | None, indices: str | None, policy: str | None, 
             click.echo(line)
 
 
+@cli.command("eval")
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option("--samples", type=click.IntRange(1, 256), default=4, show_default=True,
+              help="Independent trajectories a task.")
+@click.option("-k", "--k", "ks", type=int, multiple=True, help="pass@k for this k (repeatable; default: 1 and --samples).")
+@click.option("--indices", help="Task indices to evaluate, e.g. 0-9 or 3,5,7-8 (default: the spec's tasks).")
+@click.option("--policy", type=click.Choice(["uniform"]), help="Evaluate the uniform baseline instead of the spec's policy.")
+@click.option("--output", help="Keep the evaluation's trees here, as sweep NAME-eval (default: a temporary folder).")
+@click.option("--json", "json_path", metavar="FILE", help="Write the figures, per task too, as JSON to FILE ('-': stdout).")
+@click.option("--progress/--no-progress", default=True, help="Show a progress bar on a terminal.")
+def eval_command(spec: str, samples: int, ks: tuple[int, ...], indices: str | None, policy: str | None,
+                 output: str | None, json_path: str | None, progress: bool) -> None:
+    """pass@1, pass@k and mean return of SPEC's policy on its tasks, with 95% intervals over tasks."""
+    import json
+    import tempfile
+
+    from thicket.evaluation.run import check_ks, eval_spec, evaluate
+
+    s = _spec_with_overrides(spec, None, policy)
+    tasks = parse_indices(indices, s.tasks) if indices else list(range(s.tasks.start, s.tasks.stop))
+    k_values = check_ks(ks or (1, samples), samples)
+    if json_path and json_path != "-" and not Path(json_path).resolve().parent.is_dir():
+        raise BadInput(f"--json {json_path}: its folder does not exist")
+    with tempfile.TemporaryDirectory(prefix="thicket-eval-") as scratch:
+        result = evaluate(eval_spec(s, samples, output or scratch), tasks, k_values, progress)
+    click.echo(result.summary(), err=json_path == "-")  # stdout is the JSON's then
+    if json_path == "-":
+        click.echo(json.dumps(result.to_json(), indent=1))
+    elif json_path:
+        Path(json_path).write_text(json.dumps(result.to_json(), indent=1) + "\n")
+
+
 @cli.command()
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--index", type=int, default=None, help="Job completion index (default: $JOB_COMPLETION_INDEX).")

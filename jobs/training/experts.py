@@ -70,10 +70,6 @@ def webshop_plan(task: int) -> Plan | None:
     return None if gold is None else Plan(tuple(Step(s.thought, s.action) for s in gold), ())
 
 
-PLANNERS: dict[str, Callable[[int], Plan | None]] = {"textcraft": textcraft_plan}
-PLANNERS["webshop"] = webshop_plan
-
-
 def alfworld_plan(task: int) -> Plan | None:
     from thicket.envs.alfworld.expert import WASTED, gold_steps
 
@@ -81,7 +77,9 @@ def alfworld_plan(task: int) -> Plan | None:
     return Plan(tuple(Step(t, a) for t, a in steps), WASTED) if steps else None
 
 
-PLANNERS["alfworld"] = alfworld_plan
+PLANNERS: dict[str, Callable[[int], Plan | None]] = {
+    "textcraft": textcraft_plan, "webshop": webshop_plan, "alfworld": alfworld_plan,
+}
 
 
 def planner(env: str) -> Callable[[int], Plan | None]:
