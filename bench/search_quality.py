@@ -47,6 +47,7 @@ SEARCHES: dict[str, dict[str, object]] = {
     "sample": {"algorithm": "sample"},
     "tot": {"algorithm": "tot", "branching": 2, "beam": 4},
     "mcts": {"algorithm": "mcts", "iterations": 1000, "expansions": 4},
+    "mcts_pw": {"algorithm": "mcts_pw", "iterations": 1000},
     "dense": {"algorithm": "dense", "width": 3, "run_budget": 1000, "target_pairs": 1000},
 }
 _REQUESTS = re.compile(r'^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$', re.MULTILINE)

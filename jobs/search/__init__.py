@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from thicket.search import dense, mcts, sample, tot
+from thicket.search import dense, mcts, mcts_pw, sample, tot
 from thicket.search.expand import Expander, close_open_leaves
 from thicket.search.params import SearchParams
 from thicket.search.tree import StopReason, average_values
@@ -24,12 +24,13 @@ class Algorithm:
 ALGORITHMS: dict[str, Algorithm] = {
     "tot": Algorithm(tot.ToTParams, tot.run, averages=True),
     "mcts": Algorithm(mcts.MCTSParams, mcts.run, averages=False),
+    "mcts_pw": Algorithm(mcts_pw.MCTSPWParams, mcts_pw.run, averages=False),
     "dense": Algorithm(dense.DenseParams, dense.run, averages=True),
     "sample": Algorithm(sample.SampleParams, sample.run, averages=True),
 }
 
 AnySearch = Annotated[
-    tot.ToTParams | mcts.MCTSParams | dense.DenseParams | sample.SampleParams,
+    tot.ToTParams | mcts.MCTSParams | mcts_pw.MCTSPWParams | dense.DenseParams | sample.SampleParams,
     Field(discriminator="algorithm"),
 ]
 

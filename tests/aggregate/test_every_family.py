@@ -16,7 +16,7 @@ FAMILIES = {
     "cliffwalking": ("{env: cliffwalking, start: 0, stop: 3}",
                      "{algorithm: dense, width: 3, max_depth: 12, run_budget: 30}", "increment"),
     "taxi": ("{env: taxi, start: 0, stop: 3}", "{algorithm: tot, branching: 2, beam: 3, max_depth: 6}", "increment"),
-    "babyai": ("{env: babyai, start: 0, stop: 3}", "{algorithm: sample, samples: 6, max_depth: 8}", "increment"),
+    "babyai": ("{env: babyai, start: 0, stop: 3}", "{algorithm: mcts_pw, iterations: 12, max_depth: 8}", "increment"),
     "textcraft": ("{env: textcraft, start: 200, stop: 203}",
                   "{algorithm: mcts, iterations: 12, expansions: 3, max_depth: 8}", "increment"),
     "textarena": ("{env: textarena, env_args: {game: TowerOfHanoi-v0}, start: 0, stop: 2}",

@@ -3,6 +3,8 @@ policies), and trees grown on them."""
 
 from __future__ import annotations
 
+import random
+
 from thicket.envs.protocol import Observation, RewardSemantics, SyncEnv, Transition
 from thicket.policy import prompts
 from thicket.policy.base import Messages, Policy, Reply
@@ -107,6 +109,15 @@ class RepeatingPolicy(CyclingPolicy):
 
     async def propose(self, messages: Messages, n: int, *, valid_actions, seed: int, temperature=None) -> list[Reply]:
         return [reply("same", valid_actions[0], seed) for _ in range(n)]
+
+
+class SeededPolicy(CyclingPolicy):
+    """Sample i of a request takes the valid action its seed (seed + i) picks at random."""
+
+    async def propose(self, messages: Messages, n: int, *, valid_actions, seed: int, temperature=None) -> list[Reply]:
+        self.requests.append((len(messages), n))
+        picks = [random.Random(seed + i).choice(valid_actions) for i in range(n)]
+        return [reply(f"pick {a}", a, seed + i) for i, a in enumerate(picks)]
 
 
 class TemperaturePolicy(CyclingPolicy):
