@@ -48,6 +48,14 @@ def _share(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
 
 
+def _estimate(policy: dict[str, Any] | None, name: str) -> str:
+    """A policy figure with its interval, or why there is none (stats.json `policy`)."""
+    if not policy:
+        return "n/a (no independent samples: algorithm sample, or thicket eval)"
+    e = policy[name]
+    return f"{e['mean']:.3f} [{e['low']:.3f}, {e['high']:.3f}] over {policy['tasks']} tasks (95%)"
+
+
 def report_html(stats: dict[str, Any], sweep: str) -> str:
     solved, trees = stats["solved_trees"], stats["trees"]
     cached = stats["cached_token_share"]
@@ -74,6 +82,8 @@ def report_html(stats: dict[str, Any], sweep: str) -> str:
         ("generated tokens", stats["generated_tokens"]),
         ("tokens per success", "n/a" if stats["tokens_per_success"] is None else f"{stats['tokens_per_success']:.0f}"),
         ("cached-token share", _share(cached)),
+        ("policy pass@1", _estimate(stats.get("policy"), "pass_at_1")),
+        ("policy mean return", _estimate(stats.get("policy"), "mean_return")),
         ("empty datasets", ", ".join(sorted(k for k, v in stats["datasets"].items() if v == 0)) or "none"),
     ]
     table = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in facts)

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from thicket.aggregate.forest import Forest
+from thicket.aggregate.policy_figures import PolicyFigures
 from thicket.aggregate.quality import SearchQuality
 
 OWN_TASKS = "the family's own tasks"  # the data source of an env that names none
@@ -46,6 +47,7 @@ class SweepStats:
     revision_methods: Counter[str] = field(default_factory=Counter)
     tokens_skipped: Counter[str] = field(default_factory=Counter)
     quality: SearchQuality = field(default_factory=SearchQuality)
+    policy: PolicyFigures = field(default_factory=PolicyFigures)
 
     def add(self, forest: Forest) -> None:
         t = forest.table
@@ -76,6 +78,7 @@ class SweepStats:
         self.cached_tokens += int(pc.sum(t.column("cached_tokens")).as_py() or 0)
         self.stop_reasons.update(_counts_of(t.column("stop_reason").take(pa.array(forest.leaves))))
         self.quality.add(forest)
+        self.policy.add(forest)
 
     def merge(self, other: SweepStats) -> None:
         for f in fields(self):
@@ -84,7 +87,7 @@ class SweepStats:
                 mine |= theirs
             elif isinstance(mine, Counter):
                 mine.update(theirs)
-            elif isinstance(mine, SearchQuality):
+            elif isinstance(mine, SearchQuality | PolicyFigures):
                 mine.merge(theirs)
             else:
                 setattr(self, f.name, mine + theirs)
@@ -119,6 +122,7 @@ class SweepStats:
                                for why in ("no_token_ids", "not_append_only", "prefill_unknown")},
             "search_quality": self.quality.to_json(self.solved_trees, self.success_leaves, self.dpo_kinds,
                                                    datasets.get("revision", 0)),
+            "policy": self.policy.to_json(),
         }
 
 

@@ -4,8 +4,8 @@ pass@k is Chen et al. (2021)'s unbiased estimator, 1 - C(n-c, k) / C(n, k) for a
 with n evaluated samples of which c succeeded, averaged over the tasks that have n >= k.
 The mean return is the average over tasks of their samples' mean path return. Intervals
 are percentile bootstraps over tasks: tasks are what differs between two evaluations, and
-a task's samples are not independent of each other. Seeded: the same outcomes give the
-same interval.
+a task's samples are not independent of each other. Seeded with a constant: the same
+outcomes give the same interval, whichever command computed it.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class Estimate:
                 "tasks": self.tasks}
 
 
-def bootstrap(values: Sequence[float], seed: int, resamples: int = RESAMPLES, level: float = LEVEL) -> Estimate:
+def bootstrap(values: Sequence[float], seed: int = 0, resamples: int = RESAMPLES, level: float = LEVEL) -> Estimate:
     """The mean of per-task values with a percentile bootstrap interval over tasks."""
     if not values:
         raise ValueError("no task to estimate over")

@@ -42,7 +42,7 @@ class Evaluation:
     env: str
     outcomes: tuple[TaskOutcome, ...]
     ks: tuple[int, ...]
-    seed: int  # of the samples and of the bootstrap
+    seed: int  # of the samples
 
     @property
     def evaluated(self) -> list[TaskOutcome]:
@@ -50,12 +50,12 @@ class Evaluation:
 
     def pass_at(self, k: int) -> Estimate | None:
         values = [pass_at_k(o.samples, o.successes, k) for o in self.evaluated if o.samples >= k]
-        return bootstrap(values, self.seed + k) if values else None
+        return bootstrap(values) if values else None
 
     @property
     def mean_return(self) -> Estimate | None:
         values = [sum(o.returns) / o.samples for o in self.evaluated]
-        return bootstrap(values, self.seed) if values else None
+        return bootstrap(values) if values else None
 
     @property
     def trajectories(self) -> int:

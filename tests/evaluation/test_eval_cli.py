@@ -76,6 +76,35 @@ def test_the_figures_are_those_of_the_trees_it_grew(tmp_path):
     assert again.stderr.strip().splitlines()[-1] == summary  # with --json -, the summary goes to stderr
 
 
+def test_a_sample_sweeps_stats_carry_the_policys_figures_as_eval_measures_them(tmp_path):
+    """A `sample` sweep's trajectories are independent samples of its policy: stats.json's
+    `policy` figures are what `thicket eval` reports for the same samples (same seed and depth)."""
+    eval_figures = json.loads(thicket_eval(str(frozenlake_spec(tmp_path)), "--samples", str(SAMPLES),
+                                           "--json", "-").stdout)
+    spec = yaml.safe_load((tmp_path / "lake.yaml").read_text())
+    spec["search"] = {"algorithm": "sample", "samples": SAMPLES, "max_depth": spec["search"]["max_depth"],
+                      "max_nodes": SAMPLES * spec["search"]["max_depth"] + 1}
+    spec["output"] = str(tmp_path / "run")
+    (tmp_path / "sample.yaml").write_text(yaml.safe_dump(spec))
+    done = subprocess.run([THICKET, "run", str(tmp_path / "sample.yaml"), "--no-progress"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    sweep = tmp_path / "run" / "lake" / "datasets"
+    policy = json.loads((sweep / "stats.json").read_text())["policy"]
+    assert policy["pass_at_1"] == eval_figures["pass_at_1"] and policy["pass_at_1"]["mean"] > 0
+    assert policy["mean_return"] == eval_figures["mean_return"]
+    assert policy["trajectories"] == eval_figures["trajectories"] == 8 * SAMPLES
+    assert "policy pass@1" in (sweep / "report.html").read_text()
+
+    spec["search"] = {"algorithm": "mcts", "iterations": 5, "max_depth": 20}  # steered samples: no figures
+    spec["name"], spec["output"] = "lake-mcts", str(tmp_path / "mcts")
+    (tmp_path / "mcts.yaml").write_text(yaml.safe_dump(spec))
+    done = subprocess.run([THICKET, "run", str(tmp_path / "mcts.yaml"), "--no-progress"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((tmp_path / "mcts" / "lake-mcts" / "datasets" / "stats.json").read_text())["policy"] is None
+
+
 @pytest.mark.parametrize("args,message", [
     (["--samples", "4", "-k", "5"], "--k 5: pass@k needs 1 <= k <= --samples (4)"),
     (["--json", "/no/such/folder/eval.json"], "--json /no/such/folder/eval.json: its folder does not exist"),
