@@ -22,7 +22,10 @@ from thicket.vllm_server import server_root
 
 log = logging.getLogger("thicket.policy")
 
-_CONTEXT_ERROR = re.compile(r"maximum context length|context_length_exceeded", re.IGNORECASE)
+# vLLM: a prompt longer than the context ("maximum context length"), or exactly as long (no room
+# for a token: "max_tokens must be at least 1, got 0"); OpenAI: context_length_exceeded
+_CONTEXT_ERROR = re.compile(r"maximum context length|context_length_exceeded|max_tokens must be at least 1, got 0",
+                            re.IGNORECASE)
 _CONNECTION_ERRORS = (
     httpx.ConnectError,
     httpx.ConnectTimeout,

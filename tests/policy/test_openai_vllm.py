@@ -231,3 +231,41 @@ async def test_many_concurrent_requests(vllm_server: VLLMServer) -> None:
         elapsed = time.perf_counter() - t0
     assert all(len(r) == 2 for r in results)
     print(f"48 requests (n=2, 16 tokens) in {elapsed:.2f}s: {48 / elapsed:.1f} req/s")
+
+
+def filled_to(server: VLLMServer, config: OpenAIConfig, extra: int) -> Messages:
+    """TASK, one exchange, then an observation long enough that the rendered prompt holds the
+    server's whole context plus `extra` tokens (0: exactly the context, no room for a token)."""
+    limit = httpx.get(f"{server.url}/models", timeout=30).json()["data"][0]["max_model_len"]
+    root = server.url.removesuffix("/v1")
+
+    def length(words: int) -> int:
+        messages = [*TASK, {"role": "assistant", "content": prompts.turn("look", "inventory")},
+                    {"role": "user", "content": "Observation: " + "oak " * words}]
+        body = {"model": config.model, "messages": messages, "add_generation_prompt": True}
+        return len(httpx.post(f"{root}/tokenize", json=body, timeout=30).json()["tokens"])
+
+    low, high = 0, limit  # "oak " is at least one token: `limit` words overflow
+    while low < high:  # the fewest words whose prompt reaches limit + extra
+        mid = (low + high) // 2
+        low, high = (mid + 1, high) if length(mid) < limit + extra else (low, mid)
+    assert length(low) == limit + extra, "no filler length renders to exactly that many tokens"
+    return [*TASK, {"role": "assistant", "content": prompts.turn("look", "inventory")},
+            {"role": "user", "content": "Observation: " + "oak " * low}]
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("extra", [0, 7])
+async def test_a_prompt_that_fills_or_overflows_the_context_drops_its_oldest_exchange(vllm_server, extra):
+    """vLLM answers a prompt of exactly max_model_len tokens with "max_tokens must be at least 1,
+    got 0" and a longer one with "maximum context length": both are the context running out,
+    and the policy drops the oldest exchange (the make-model --train webshop evaluation died on
+    the first before)."""
+    config = served(vllm_server)
+    messages = filled_to(vllm_server, config, extra)
+    async with started(config) as policy:
+        replies = await policy.propose(messages, 2, valid_actions=VALID, seed=3, temperature=1.0)
+    assert len(replies) == 2
+    for reply in replies:
+        assert_sampled(reply)
+        assert 0 < len(reply.prompt_token_ids or []) < 200  # the system prompt and the task only
