@@ -63,10 +63,11 @@ def webshop_plan(task: int) -> Plan | None:
     from thicket.envs.webshop.env import WebShopEnv
     from thicket.envs.webshop.gold import gold_path
 
-    env = make_env("webshop")
+    env = make_env("webshop")  # its catalogue and index are loaded once per process (shop_data)
     assert isinstance(env, WebShopEnv)
-    goal = env.catalog.goal(task)
-    gold = gold_path(goal, env.catalog.by_asin[goal.asin], env.index)
+    env.reset_sync(task)
+    goal = env.shop.goal
+    gold = gold_path(goal, env.catalog.by_asin[goal.asin], env.index, env.listed_searches())
     return None if gold is None else Plan(tuple(Step(s.thought, s.action) for s in gold), ())
 
 

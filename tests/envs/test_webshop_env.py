@@ -15,6 +15,7 @@ from thicket.envs import make_env
 from thicket.envs.webshop.catalog import DataFiles, load, name_nouns
 from thicket.envs.webshop.env import WebShopEnv
 from thicket.envs.webshop.generate import CATEGORIES, generate, synthetic_files
+from thicket.envs.webshop.gold import gold_path
 from thicket.envs.webshop.reward import fuzzy_match, reward
 from thicket.errors import BadInput
 from thicket.training.experts import webshop_plan
@@ -271,18 +272,39 @@ def test_partial_rewards_occur_in_the_generated_catalogue():
     assert partial / len(goals) > 0.95
 
 
-def test_the_expert_wins_every_generated_task():
+def test_the_expert_wins_every_generated_task_with_free_text_search():
     env = shop()
     wins = 0
     tasks = range(0, len(env.catalog.goals), 3)
     for task in tasks:
-        plan = webshop_plan(task)
+        goal = env.catalog.goal(task)
+        plan = gold_path(goal, env.catalog.by_asin[goal.asin], env.index, listed=None)
         assert plan is not None
         env.reset_sync(task)
-        for step in plan.steps:
+        for step in plan:
             t = env.step_sync(step.action)
         wins += t.success and t.reward == 1.0
     assert wins == len(tasks)
+
+
+def test_with_listed_searches_the_expert_plays_only_listed_actions_and_wins_what_it_plans():
+    """A policy held to the listed actions (constrain_actions) can play every expert plan: its
+    search is one the page lists, every later action one the page offers."""
+    env = shop()
+    tasks = range(0, len(env.catalog.goals), 3)
+    planned = 0
+    for task in tasks:
+        plan = webshop_plan(task)
+        if plan is None:  # no listed search finds the product: nothing a listed-action policy could copy
+            continue
+        planned += 1
+        observation = env.reset_sync(task)
+        for step in plan.steps:
+            assert step.action in observation.valid_actions, (task, step.action, observation.valid_actions)
+            t = env.step_sync(step.action)
+            observation = t.observation
+        assert t.success and t.reward == 1.0, task
+    assert planned / len(tasks) > 0.95
 
 
 def test_human_and_synthetic_goals_from_the_same_files(tmp_path):

@@ -143,16 +143,20 @@ class WebShopEnv(SyncEnv):
 
     def valid_actions(self) -> tuple[str, ...] | None:
         if self._state.page is Page.SEARCH:
-            n = self.search_actions
-            return search_actions(self.shop.goal.instruction, n) if n else None
+            return self.listed_searches()
         return tuple(f"click[{value}]" for value in self.shop.clickables(self._state))
 
     @property
     def walkthrough(self) -> tuple[str, ...]:
         """A gold path's actions for the current task, empty if none (thicket.envs.webshop.gold)."""
         goal = self.shop.goal
-        steps = gold_path(goal, self.catalog.by_asin[goal.asin], self.index)
+        steps = gold_path(goal, self.catalog.by_asin[goal.asin], self.index, self.listed_searches())
         return () if steps is None else tuple(step.action for step in steps)
+
+    def listed_searches(self) -> tuple[str, ...] | None:
+        """The search page's listed search actions (None: free text only)."""
+        n = self.search_actions
+        return search_actions(self.shop.goal.instruction, n) if n else None
 
     def snapshot_sync(self) -> WebShopSnapshot:
         return WebShopSnapshot(self._task, self._state, self._steps)

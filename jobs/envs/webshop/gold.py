@@ -1,7 +1,11 @@
 """A gold path for a task: search, page to the goal's product, choose its options, buy.
 
-It searches the goal's query (the goal's hidden field: an expert's privilege), then, while the
-product is not among the top results, the instruction's content words, then the product's title.
+Where the search page lists its searches (`search_actions` > 0), the path searches with the
+first listed one whose results hold the product, so that a policy held to the listed actions
+(constrain_actions) can play it, and there is none where no listed search finds it. Where
+search is free text, it searches the goal's query (a hidden field: an expert's privilege),
+then, while the product is not among the top results, the instruction's content words, then
+the product's title.
 """
 
 from __future__ import annotations
@@ -31,8 +35,12 @@ def _best_value(product: Product, wanted: str) -> str | None:
     return max(matching, key=lambda v: fuzz.token_set_ratio(v, wanted, processor=utils.default_process))
 
 
-def gold_path(goal: Goal, product: Product, index: SearchIndex) -> list[GoldStep] | None:
-    for keywords in (goal.query, " ".join(content_words(goal.instruction)), product.title.lower()):
+def gold_path(goal: Goal, product: Product, index: SearchIndex,
+              listed: tuple[str, ...] | None = None) -> list[GoldStep] | None:
+    """`listed`: the search page's listed search actions (None: free text)."""
+    free = (goal.query, " ".join(content_words(goal.instruction)), product.title.lower())
+    candidates = [a.removeprefix("search[").removesuffix("]") for a in listed] if listed else free
+    for keywords in candidates:
         hits = index.search(keywords)
         if goal.asin in hits:
             break
