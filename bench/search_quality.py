@@ -66,7 +66,7 @@ def sweep_spec(algorithm: str, args: argparse.Namespace, url: str, model: str, o
     tasks = {"env": args.env, "env_args": args.env_args, "start": args.tasks.start, "stop": args.tasks.stop,
              "per_index": len(args.tasks)}
     return parse_spec({
-        "name": f"quality-{algorithm}",
+        "name": f"quality-{algorithm.replace('_', '-')}",
         "tasks": tasks,
         "search": search,
         "policy": {**DEMO_POLICY, "kind": "openai", "url": url, "model": model},
