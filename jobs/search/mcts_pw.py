@@ -12,8 +12,9 @@ tie-break) through what earlier walks grew and widen where they return often.
 
 A node whose children are all terminal widens on its next visit. Once `close_after`
 samples there have repeated a sibling's reply (duplicates are dropped, as in mcts.py),
-the node is closed (EXHAUSTED), and so is each ancestor left with terminal children
-only. A walk that ends on a repeated sample backs nothing up. Values are sum / visits
+the node is closed (EXHAUSTED). Its parent is not closed with it (as Agent-R's is): a
+parent left with terminal children only widens on its next visit in turn, and is closed
+by its own repeats. A walk that ends on a repeated sample backs nothing up. Values are sum / visits
 over backed-up terminal returns, as in mcts.py; an ERROR leaf is never backed up.
 """
 
@@ -84,18 +85,16 @@ async def walk(expander: Expander, params: MCTSPWParams, rng: random.Random, rep
 async def widen(expander: Expander, node: Node, params: MCTSPWParams, repeats: Counter[Node]) -> Node | None:
     """One new child of `node` (one sampled turn, stepped), or None: the sample repeated a
     sibling (a node whose children are all terminal is closed at its `close_after`-th
-    repeat) or yielded nothing (a childless node is then an ERROR leaf, as in mcts.py)."""
+    repeat, not its ancestors) or yielded nothing (a childless node is then an ERROR leaf)."""
     children = await expander.expand(node, 1, temperature=params.temperature, salt=node.llm_calls)
     if children:
         return children[0]
     if node.terminal:
         return None
     if not node.children:
-        node.close(StopReason.ERROR)
-        if node.parent is not None:
-            close_exhausted(node.parent)
+        node.close(StopReason.ERROR)  # its parent widens on its next visit, if it has no open child
     elif all(child.terminal for child in node.children):
         repeats[node] += 1
         if repeats[node] >= params.close_after:
-            close_exhausted(node)
+            node.close(StopReason.EXHAUSTED)
     return None

@@ -66,12 +66,12 @@ async def test_a_small_tree_is_exhausted_whole():
 
 
 @pytest.mark.parametrize("close_after", [1, 3])
-async def test_repeated_samples_at_a_node_whose_children_are_terminal_close_it_and_its_ancestors(close_after):
-    params = MCTSPWParams(iterations=10, max_depth=10, close_after=close_after)
+async def test_repeated_samples_close_a_node_and_its_parent_then_widens_by_its_own_repeats(close_after):
+    params = MCTSPWParams(iterations=50, max_depth=10, close_after=close_after)
     x = await grown(params, env=WordEnv(target="aba"), policy=RepeatingPolicy())
-    # walk 1 spells "aaa"; each later walk goes down to "aa", widens it and gets "a" again,
-    # until the close_after-th repeat closes "aa", then "a" and the root
-    assert x.tree.size == 4 and x.llm_calls == 3 + close_after
+    # walk 1 spells "aaa"; later walks go down to "aa", widen it and get "a" again until the
+    # close_after-th repeat closes it; then "a" (all its children terminal) widens, and so on up
+    assert x.tree.size == 4 and x.llm_calls == 3 + 3 * close_after
     assert [n.stop for n in x.tree.nodes()] == [StopReason.EXHAUSTED] * 3 + [StopReason.DONE]
 
 
