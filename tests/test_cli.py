@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +28,8 @@ def test_demo_with_uniform_policy_runs_fast_writes_readable_shards_and_resumes(t
     first = thicket("run", "sweeps/demo.yaml", "--policy", "uniform", "--output", str(tmp_path))
     assert first.returncode == 0, first.stderr
     assert "tasks        6 (6 grown" in first.stdout
+    assert "trees        6 grown in this run" in first.stdout and "trees        6 committed in the sweep" in first.stdout
+    assert "in flight" not in first.stdout  # the uniform policy makes no LLM requests
     sweep = tmp_path / "demo-textcraft-mcts"
     shards = sorted((sweep / "trees" / "data").glob("*.parquet"))
     assert len(shards) == 1 and shards[0].name.startswith("batch-00000200-00000205.")  # six trees to a file
@@ -36,7 +39,8 @@ def test_demo_with_uniform_policy_runs_fast_writes_readable_shards_and_resumes(t
         assert table.num_rows > 1 and table.column("node").to_pylist() == list(range(table.num_rows))
     assert (sweep / "spec.yaml").is_file()
     again = thicket("run", "sweeps/demo.yaml", "--policy", "uniform", "--output", str(tmp_path))
-    assert again.returncode == 0 and "(0 grown, 6 already committed" in again.stdout
+    assert again.returncode == 0 and re.search(r"\b6 (trees )?already committed", again.stdout), again.stdout
+    assert "trees        6 committed in the sweep" in again.stdout
     assert sorted((sweep / "trees" / "data").glob("*.parquet")) == shards
 
 
@@ -96,10 +100,14 @@ def test_export_tot_json_has_the_tot_pipeline_layout(tmp_path):
         (["worker", "sweeps/demo.yaml"], "JOB_COMPLETION_INDEX is not set"),
         (["worker", "sweeps/demo.yaml", "--index", "7"], "--index: 7 is outside 0-1"),
         (["export", "/nonexistent/sweep"], "no committed trees there"),
+        (["run", "sweeps/demo.yaml", "--indices", ""], "--indices: empty"),
+        (["show", "/nonexistent/sweep", "--task", "1", "-o", "/nonexistent/dir/x.html"], "its folder /nonexistent/dir does not exist"),
+        (["export", "/nonexistent/sweep", "-o", "/nonexistent/dir/x.json"], "its folder /nonexistent/dir does not exist"),
+        (["status", "tc"], "no kubeconfig at /nonexistent/kubeconfig (from KUBECONFIG)"),
     ],
 )
 def test_bad_invocations_exit_2_with_one_line(args, needle):
-    result = thicket(*args, env={"JOB_COMPLETION_INDEX": ""})
+    result = thicket(*args, env={"JOB_COMPLETION_INDEX": "", "KUBECONFIG": "/nonexistent/kubeconfig", "KUBERNETES_SERVICE_HOST": ""})
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], result.stderr
@@ -110,4 +118,4 @@ def test_bad_spec_exits_2_naming_the_field(tmp_path):
     spec.write_text((ROOT / "sweeps/demo.yaml").read_text().replace("iterations: 6", "iterations: -1"))
     result = thicket("run", str(spec))
     assert result.returncode == 2
-    assert result.stderr.strip() == f"error: {spec}: search.mcts.iterations: Input should be greater than or equal to 1 (got -1)"
+    assert result.stderr.strip() == f"error: {spec}: search.iterations: Input should be greater than or equal to 1 (got -1)"

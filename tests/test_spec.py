@@ -52,15 +52,20 @@ def test_good_spec_plans_pod_ranges_and_sweep_uri():
         ("tasks.start", -1, "tasks.start: Input should be greater than or equal to 0 (got -1)"),
         ("tasks.per_index", "ten", "tasks.per_index: Input should be a valid integer"),
         ("tasks.stop", DELETE, "tasks.stop: required field is missing"),
-        ("search.algorithm", "bfs", "search: Input tag 'bfs' found using 'algorithm' does not match"),
-        ("search.iterations", 0, "search.mcts.iterations: Input should be greater than or equal to 1 (got 0)"),
-        ("search.bogus", 1, "search.mcts.bogus: unknown field"),
+        ("search.algorithm", "bfs", "search.algorithm: 'bfs' is not one of tot, mcts, mcts_pw, dense, sample"),
+        ("search.algorithm", DELETE, "search.algorithm: required field is missing; expected one of tot, mcts"),
+        ("search.iterations", 0, "search.iterations: Input should be greater than or equal to 1 (got 0)"),
+        ("search.bogus", 1, "search.bogus: unknown field; expected one of max_depth,"),
+        ("search.iteration", 3, "search.iteration: unknown field; did you mean 'iterations'?"),
+        ("policy.concurrency", "x", "policy.concurrency: Input should be a valid integer or 'auto' (got 'x')"),
+        ("tasks.env_args", {"size": 4}, "tasks.env_args.size: unknown argument; textcraft takes no env_args"),
         ("policy.kind", "gpt", "policy.kind: Input should be 'vllm', 'openai' or 'uniform'"),
         ("policy.url", "localhost:8000", "policy.url: expected an http(s) URL"),
         ("output", "gs://bucket/x", "output: unsupported URI scheme 'gs'"),
         ("output", "s3://Bad_Bucket/x", "output: 'Bad_Bucket' is not a valid S3 bucket name"),
         ("seed", 1.5, "seed: Input should be a valid integer"),
         ("color", "red", "color: unknown field"),
+        ("sede", 3, "sede: unknown field; did you mean 'seed'?"),
     ],
 )
 def test_bad_specs_name_the_field(path, value, expected):
@@ -125,3 +130,43 @@ def test_example_sweeps_are_valid():
     assert len(SWEEPS) >= 6 and any("cluster" in path.parts for path in SWEEPS)
     for path in SWEEPS:
         load_spec(path)
+
+
+def test_every_problem_is_named_on_one_line_and_a_typo_comes_first():
+    data = with_change("search", DELETE)
+    data["serach"] = {"algorithm": "mcts"}
+    data["tasks"]["per_idx"] = 3
+    data["policy"]["kind"] = "gpt"
+    with pytest.raises(BadInput) as err:
+        parse_spec(data, "s.yaml")
+    message = str(err.value)
+    assert "\n" not in message and "more problem" not in message
+    assert "tasks.per_idx: unknown field; did you mean 'per_index'?" in message
+    assert "serach: unknown field; did you mean 'search'?" in message
+    assert "search: required field is missing" in message
+    assert "policy.kind: Input should be 'vllm', 'openai' or 'uniform' (got 'gpt')" in message
+    assert message.index("serach") < message.index("search: required")  # the typo explains the missing field
+
+
+@pytest.mark.parametrize(
+    "env,env_args,expected",
+    [
+        ("frozenlake", {"size": "big"}, "tasks.env_args.size: expected an integer from 2 to 64 for frozenlake, got 'big'"),
+        ("frozenlake", {"size": -2}, "tasks.env_args.size: expected an integer from 2 to 64 for frozenlake, got -2"),
+        ("frozenlake", {"slippery": True}, "tasks.env_args.slippery: unknown argument; did you mean 'is_slippery'? "
+                                           "(frozenlake takes size, is_slippery)"),
+        ("taxi", {"is_rainy": "yes"}, "tasks.env_args.is_rainy: expected true or false for taxi, got 'yes'"),
+        ("math", {"cpu_s": 0}, "tasks.env_args.cpu_s: expected a number > 0 for math, got 0"),
+        ("webshop", {"goals": "robot"}, "tasks.env_args.goals: expected one of auto, human, synthetic for webshop"),
+    ],
+)
+def test_env_args_are_checked_against_the_family(env, env_args, expected):
+    with pytest.raises(BadInput) as err:
+        parse_spec(with_change("tasks", {"env": env, "env_args": env_args, "stop": 4}), "s.yaml")
+    assert expected in str(err.value)
+
+
+def test_env_args_of_a_remote_server_are_its_own_to_check():
+    tasks = {"env": "frozenlake", "env_args": {"colour": 1}, "stop": 4,
+             "env_server": {"mode": "remote", "url": "http://127.0.0.1:9"}}
+    assert parse_spec(with_change("tasks", tasks)).tasks.env_args == {"colour": 1}

@@ -81,3 +81,66 @@ def test_validate_rejects_another_logprobs_mode_in_one_line_with_exit_2(tmp_path
     path.write_text(yaml.safe_dump(spec))
     out = subprocess.run([thicket, "validate", str(path)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
+
+
+# -- what a run says about the vLLM it starts, and its log ------------------------------------------
+
+FAKE_VLLM = '''
+import json, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+args = sys.argv[sys.argv.index("-m") + 2:]
+port, name = int(args[args.index("--port") + 1]), args[args.index("--served-model-name") + 1]
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"data": [{"id": name}]}).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        print("fake vLLM:", *a, flush=True)
+print("fake vLLM up", flush=True)
+HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+'''
+
+
+def fake_vllm_python(tmp_path: Path) -> Path:
+    """An interpreter stand-in that serves /v1/models as vLLM's api_server would."""
+    script = tmp_path / "fake_vllm.py"
+    script.write_text(FAKE_VLLM)
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} {script} "$@"\n')
+    python.chmod(0o755)
+    return python
+
+
+def test_a_started_server_says_what_starts_where_it_logs_when_it_is_ready_and_removes_its_log(
+        tmp_path: Any, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="thicket.vllm")
+    server = VLLMServer(tmp_path / "demo", served_name="demo", python=fake_vllm_python(tmp_path), cpu=True)
+    with server:
+        log_path = server.log_path
+        assert log_path is not None and log_path.exists()
+        messages = [r.getMessage() for r in caplog.records if r.name == "thicket.vllm"]
+        assert messages[0] == f"starting vLLM: model {tmp_path / 'demo'} on port {server.port} (log: {log_path})"
+        assert messages[1].startswith(f"vLLM ready at {server.url} after ") and messages[1].endswith(" s")
+    assert not log_path.exists()  # a clean end: the temporary log is gone
+
+
+def test_a_failed_server_keeps_its_log_and_names_it(tmp_path: Any) -> None:
+    server = VLLMServer(tmp_path, served_name="x", python=sys.executable)  # no vLLM there: exits at once
+    with pytest.raises(Unavailable, match=r"No module named 'vllm'.*\(log: .*vllm-x-.*\.log\)") as failed:
+        server.start()
+    assert server.log_path is not None and server.log_path.exists()
+    assert str(server.log_path) in str(failed.value)
+    server.log_path.unlink()
+
+
+def test_a_block_that_fails_keeps_the_log_and_a_given_log_is_never_removed(tmp_path: Any) -> None:
+    server = VLLMServer(tmp_path / "m", served_name="m", python=fake_vllm_python(tmp_path), cpu=True)
+    with pytest.raises(RuntimeError), server:
+        raise RuntimeError("the run failed")
+    assert server.log_path is not None and server.log_path.exists()
+    server.log_path.unlink()
+    given = tmp_path / "given.log"
+    with VLLMServer(tmp_path / "m", served_name="m", python=fake_vllm_python(tmp_path), cpu=True, log_path=given):
+        pass
+    assert given.exists()

@@ -31,7 +31,7 @@ from thicket.aggregate.forest import Forest
 from thicket.aggregate.params import DatasetsSpec, resolve
 from thicket.aggregate.quality import quality_line
 from thicket.aggregate.card import dataset_card, empty
-from thicket.aggregate.report import report_html
+from thicket.aggregate.report import TaskRow, report_html, task_rows
 from thicket.aggregate.revision import REVISION_SCHEMA, revision_table
 from thicket.aggregate.sft import FASTCHAT_SCHEMA, SFT_SCHEMA, sft_tables
 from thicket.aggregate.source import BATCH_NODES, batches, decode, forests, shards_of
@@ -75,15 +75,16 @@ class AggregateResult:
     rows: dict[str, int]
     files: list[WrittenFile]
     stats: dict[str, Any]
+    llm: bool = True  # the sweep's policy is an LLM (the uniform baseline's samples are not LLM calls)
 
     def lines(self) -> list[str]:
         s = self.stats
         rate = "n/a" if s["success_rate"] is None else f"{s['success_rate']:.1%}"
         where = f"{self.sweep_uri.rstrip('/')}/{DATASETS}"
-        out = [f"datasets     {where}", f"trees        {s['trees']} ({s['nodes']} nodes, {rate} solved)"]
+        out = [f"datasets     {where}", f"trees        {s['trees']} committed in the sweep, all aggregated ({s['nodes']} nodes, {rate} solved)"]
         for name, rows in sorted(self.rows.items()):
             out.append(f"  {name:<15}{rows} rows{'' if rows else ' (empty: no files)'}")
-        return out + [quality_line(s), f"report       {where}report.html"]
+        return out + [quality_line(s, self.llm), f"report       {where}report.html"]
 
 
 def read_spec(store: Store) -> dict[str, Any] | None:
@@ -108,14 +109,16 @@ class TreeOutput:
     tables: dict[str, pa.Table]
     stats: SweepStats
     keys: dict[str, PairKeys]
+    tasks: list[TaskRow]  # report.html's per-task rows
 
     def __reduce__(self) -> tuple[Any, ...]:
         """From a worker process with the tables' exact layout (see transfer.py)."""
-        return _unpack_output, ({name: pack(t) for name, t in self.tables.items()}, self.stats, self.keys)
+        return _unpack_output, ({name: pack(t) for name, t in self.tables.items()}, self.stats, self.keys, self.tasks)
 
 
-def _unpack_output(tables: dict[str, Any], stats: SweepStats, keys: dict[str, PairKeys]) -> TreeOutput:
-    return TreeOutput({name: unpack(*packed) for name, packed in tables.items()}, stats, keys)
+def _unpack_output(tables: dict[str, Any], stats: SweepStats, keys: dict[str, PairKeys],
+                   tasks: list[TaskRow]) -> TreeOutput:
+    return TreeOutput({name: unpack(*packed) for name, packed in tables.items()}, stats, keys, tasks)
 
 
 _VERIFIERS: dict[VerifierConfig, Verifier] = {}  # one client per process
@@ -149,7 +152,7 @@ def build_forest(job: Job, forest: Forest) -> TreeOutput:
                                 prefill_unknown=tokens.prefill_unknown)
     if tables["revision"] is not None:
         stats.revision_methods.update(_counts(tables["revision"].column("transition_method")))
-    return TreeOutput({k: t for k, t in tables.items() if t is not None}, stats, keys)
+    return TreeOutput({k: t for k, t in tables.items() if t is not None}, stats, keys, task_rows(forest))
 
 
 def _counts(column: pa.ChunkedArray) -> dict[str, int]:
@@ -206,12 +209,14 @@ def aggregate(
     job = Job(params, verifier)
     ledger: dict[str, list[PairKeys]] = {name: [] for name in PREFERENCES}
     kinds: dict[str, list[pa.Array]] = {name: [] for name in PREFERENCES}
+    tasks: list[TaskRow] = []
     try:
         bar = TaskProgress(total=len(shards), enabled=progress)
         with Datasets(store, DATASET_SCHEMAS, max_rows, max_bytes) as datasets, bar:
             n_workers = auto_workers(len(shards)) if workers is None else workers
             for output in built(job, store, batches(shards, batch_nodes), n_workers):
                 stats.merge(output.stats)
+                tasks += output.tasks
                 datasets.add(output.tables)
                 for name, keys in output.keys.items():
                     ledger[name].append(keys)
@@ -232,11 +237,12 @@ def aggregate(
                         summary["data_sources"])
     files += [
         put_file(store, "stats.json", (json.dumps(summary, indent=1, sort_keys=True) + "\n").encode()),
-        put_file(store, "report.html", report_html(summary, sweep).encode()),
+        put_file(store, "report.html", report_html(summary, sweep, sorted(tasks, key=lambda row: row.task), store.uri).encode()),
         put_file(store, "README.md", card.encode()),
     ]
     _finish(store, files, rows, params)
-    return AggregateResult(store.uri, rows, files, summary)
+    llm = not spec or (spec.get("policy") or {}).get("kind") != "uniform"
+    return AggregateResult(store.uri, rows, files, summary, llm)
 
 
 def drop_disagreeing(store: Store, parts: dict[str, list[WrittenFile]], rows: dict[str, int], name: str,

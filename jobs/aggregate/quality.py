@@ -107,13 +107,14 @@ def _cell(value: float | None) -> str:
 
 
 
-def quality_line(stats: dict[str, Any]) -> str:
-    """The search-quality line of a run's summary."""
+def quality_line(stats: dict[str, Any], llm: bool = True) -> str:
+    """The search-quality line of a run's summary (`llm` false: the policy's samples are no LLM's)."""
     quality = stats["search_quality"]
     per_call = quality["per_1k_llm_calls"]
     pairs = quality["dpo_trajectory_pairs"] + quality["dpo_step_pairs"]
     if not quality["llm_calls"]:
         return "search       no LLM calls"
-    return (f"search       {quality['llm_calls']} LLM calls: {quality['distinct_successful_trajectories']} distinct "
+    calls = "LLM calls" if llm else "policy samples (no LLM)"
+    return (f"search       {quality['llm_calls']} {calls}: {quality['distinct_successful_trajectories']} distinct "
             f"successes ({_cell(per_call['distinct_successful_trajectories'])} per 1,000 calls), {pairs} DPO pairs "
             f"({_cell((per_call['dpo_trajectory_pairs'] or 0) + (per_call['dpo_step_pairs'] or 0))} per 1,000)")

@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import logging
 import subprocess
 import threading
 
@@ -91,10 +92,22 @@ def order_valid_actions(actions: list[str], cap: int | None) -> tuple[str, ...]:
     return tuple(ordered if cap is None else ordered[:cap])
 
 
+# py4j logs each callback server start and stop at INFO, and logs at INFO, with a traceback, the
+# "Exception while shutting down callback server" of every JVM closed; scienceworld logs every task
+# load. None of it is thicket's to show (`thicket validate` printed two tracebacks after "ok").
+QUIET_LOGGERS = ("py4j", "scienceworld")
+
+
+def quiet_java_bridge() -> None:
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 class _Simulator:
     """One JVM running ScienceWorld, started on demand."""
 
     def __init__(self) -> None:
+        quiet_java_bridge()
         from scienceworld import ScienceWorldEnv
 
         # The package's own step limit check lives in its Python step(); we bypass it.

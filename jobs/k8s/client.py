@@ -273,8 +273,9 @@ def _connect_kubeconfig(context: str | None) -> Kube:
         raise BadInput(NEEDS_CLIENT) from None
 
     configuration = client.Configuration()
+    config_file = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+    _check_kubeconfig_exists(config_file)
     try:
-        config_file = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
         config.load_kube_config(config_file=config_file, context=context, client_configuration=configuration)
         namespace = _context_namespace(config, config_file, context)
     except ConfigException as err:
@@ -286,6 +287,20 @@ def _connect_kubeconfig(context: str | None) -> Kube:
         raise Unavailable(f"{NO_CLUSTER} (kubeconfig unusable: {_one_line(err)})") from None
     configuration.retries = 1
     return Kube(client.ApiClient(configuration), namespace)
+
+
+def _check_kubeconfig_exists(config_file: str) -> None:
+    """A kubeconfig that is not there is a user mistake (exit 2), not an unreachable cluster:
+    BadInput naming the path(s) tried and where they came from (KUBECONFIG, else ~/.kube/config)."""
+    paths = [p for p in config_file.split(os.pathsep) if p]
+    if any(os.path.exists(p) for p in paths):
+        return
+    tried = ", ".join(paths) or repr(config_file)
+    source = "from KUBECONFIG" if os.environ.get("KUBECONFIG") else "the default; KUBECONFIG is not set"
+    raise BadInput(
+        f"no kubeconfig at {tried} ({source}): set KUBECONFIG to your cluster's kubeconfig "
+        "(or create ~/.kube/config), or run inside a cluster"
+    )
 
 
 def _context_namespace(config: Any, config_file: str, context: str | None) -> str | None:

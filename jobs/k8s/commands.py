@@ -30,7 +30,7 @@ def _sweep_and_namespace(sweep: str, namespace: str | None) -> tuple[str, str | 
     return sweep, namespace
 
 
-@click.command()
+@click.command(short_help="Print SPEC's Kubernetes objects (ConfigMap, RBAC, Jobs).")
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", default="-", show_default=True, help="Folder for one file per object, or '-' for stdout.")
 def render(spec: str, output: str) -> None:
@@ -46,13 +46,17 @@ def render(spec: str, output: str) -> None:
     if output == "-":
         click.echo(to_yaml(objects), nl=False)
     else:
-        for path in write_dir(objects, output):
+        try:
+            written = write_dir(objects, output)
+        except OSError as err:
+            raise BadInput(f"-o {output}: cannot write the objects there ({err.strerror or err})") from None
+        for path in written:
             click.echo(f"wrote {path}", err=True)
     if "://" not in s.output or s.output.startswith("file://"):
         click.echo(f"note: output {s.output!r} is local to each pod; use s3://... for a cluster sweep", err=True)
 
 
-@click.command()
+@click.command(short_help="Create or update SPEC's objects on the cluster (idempotent).")
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--replace", is_flag=True, help="Delete and recreate a Job whose pod template changed (committed tasks are kept).")
 @click.option("--resume", is_flag=True, help="Rerun a finished sweep: only indexes with uncommitted tasks do work.")
@@ -70,17 +74,19 @@ def submit(spec: str, replace: bool, resume: bool, context: str | None) -> None:
     click.echo(f"sweep {s.name} submitted to namespace {s.cluster.namespace}: `thicket status {s.name} -n {s.cluster.namespace}`")
 
 
-@click.command()
+@click.command(short_help="A cluster sweep's indexes and why, committed tasks, ETA.")
 @click.argument("sweep")
 @namespace_option
 @context_option
-@click.option("--watch", "-w", is_flag=True, help="Refresh until the rollout Job finishes (-o json: one object per refresh).")
+@click.option("--watch", "-w", is_flag=True, help="Refresh until the rollout Job finishes (--format json: one object per refresh).")
 @click.option("--interval", type=float, default=10, show_default=True, help="Seconds between refreshes with --watch.")
 @click.option("--no-storage", is_flag=True, help="Do not read committed tasks from the sweep's storage.")
-@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="json: the summary and one entry per index, as one JSON object.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default=None,
+              help="text (the default), or json: the summary and one entry per index, as one JSON object.")
+@click.option("-o", "--output", "old_format", type=click.Choice(["text", "json"]), default=None, hidden=True,
+              help="The old spelling of --format.")
 def status(sweep: str, namespace: str | None, context: str | None, watch: bool, interval: float, no_storage: bool,
-           output: str) -> None:
+           fmt: str | None, old_format: str | None) -> None:
     """SWEEP's indexes, one line each with why it is where it is (from its pods and their Warning
     Events), a summary, and committed tasks (from storage) with an ETA.
 
@@ -92,6 +98,9 @@ def status(sweep: str, namespace: str | None, context: str | None, watch: bool, 
     from thicket.k8s.client import connect, default_namespace
     from thicket.k8s.status import render_status, sweep_status
 
+    if fmt and old_format and fmt != old_format:
+        raise BadInput(f"--format {fmt} and -o {old_format} disagree: give --format alone")
+    output = fmt or old_format or "text"
     name, namespace = _sweep_and_namespace(sweep, namespace)
     kube = connect(context)
     ns = default_namespace(kube, namespace)
@@ -116,7 +125,7 @@ def status(sweep: str, namespace: str | None, context: str | None, watch: bool, 
             live.update(render_status(result, crop=True))
 
 
-@click.command()
+@click.command(short_help="Logs of the latest pod of one index of a cluster sweep.")
 @click.argument("sweep")
 @click.option("--index", type=int, required=True, help="Job completion index.")
 @click.option("-c", "--container", default="worker", show_default=True, help="Container: worker, vllm, env-FAMILY.")
@@ -141,7 +150,7 @@ def logs(sweep: str, index: int, container: str, follow: bool, tail: int | None,
         stdout_write(chunk)
 
 
-@click.command()
+@click.command(short_help="Stop a cluster sweep (its Jobs and pods); shards stay.")
 @click.argument("sweep")
 @namespace_option
 @context_option
@@ -155,7 +164,7 @@ def cancel(sweep: str, namespace: str | None, context: str | None) -> None:
     cancel_sweep(kube, default_namespace(kube, namespace), name, echo=click.echo)
 
 
-@click.command("wait-job")
+@click.command("wait-job", short_help="Wait until a Job is Complete or Failed.")
 @click.argument("job")
 @namespace_option
 @context_option
@@ -176,7 +185,7 @@ def wait_job(job: str, namespace: str | None, context: str | None, timeout: floa
         click.echo(f"job/{job} failed: going on with the tasks it committed", err=True)
 
 
-@click.command()
+@click.command(short_help="Run SPEC's rendered pods here with podman, on a local S3.")
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--index", type=click.IntRange(min=0), default=0, show_default=True, help="The rollout Job's index to run.")
 @click.option("--workdir", type=click.Path(file_okay=False), help="Pod files, volumes and logs (default: out/rehearsal/NAME).")

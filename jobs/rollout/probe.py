@@ -63,6 +63,8 @@ async def probe_actions(tasks: TasksSpec) -> Probe:
         env = make_env(tasks.env, **tasks.env_args)
     except (EnvNotInstalled, KeyError) as err:
         return Probe(None, where, str(err))
+    except (TypeError, ValueError) as err:  # what the spec's checks of env_args cannot see (a level's name)
+        raise BadInput(f"tasks.env_args: {tasks.env} refused them: {err}") from None
     return Probe(bool(await _first_actions(env, tasks.start)), where)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -14,9 +15,13 @@ from thicket.policy.inflight import InFlightTuner, serves_load_metrics
 from thicket.policy.openai import OpenAIConfig, OpenAIPolicy
 from thicket.policy.uniform import UniformPolicy
 from thicket.spec import PolicySpec
+from thicket.spec_notes import model_folder_hint
 from thicket.vllm_server import VLLMServer, metrics_url
 
 log = logging.getLogger("thicket.policies")
+
+# A policy server silent this long at start-up gets a line saying what is waited for, and how long.
+QUIET_WAIT_S = 1.0
 
 # concurrency: auto starts this many requests in flight and lets the tuner go up to the ceiling.
 AUTO_FIRST, AUTO_CEILING = 16, 1024
@@ -56,7 +61,7 @@ async def started(spec: PolicySpec, base_url: str, model: str) -> AsyncIterator[
     """A started OpenAI-compatible policy; with `concurrency: auto` its requests in flight
     are tuned from the server's load while it is in use."""
     policy = openai_policy(spec, base_url, model)
-    await policy.start()
+    await start_saying_what_it_waits_for(policy, spec, base_url)
     try:
         if spec.concurrency != "auto":
             yield policy
@@ -70,6 +75,22 @@ async def started(spec: PolicySpec, base_url: str, model: str) -> AsyncIterator[
             yield policy
     finally:
         await policy.close()
+
+
+async def start_saying_what_it_waits_for(policy: OpenAIPolicy, spec: PolicySpec, base_url: str) -> None:
+    """policy.start(), with a line once the server has not answered for QUIET_WAIT_S (an
+    unreachable URL is given up only after startup_connect_s: a minute of silence otherwise)."""
+    starting = asyncio.ensure_future(policy.start())
+    done, _ = await asyncio.wait({starting}, timeout=QUIET_WAIT_S)
+    if not done:
+        log.info("waiting up to %g s for the policy server at %s", spec.startup_connect_s, base_url,
+                 extra={"url": base_url, "seconds": spec.startup_connect_s})
+    try:
+        await starting
+    except BaseException:
+        starting.cancel()
+        await policy.close()
+        raise
 
 
 @contextlib.asynccontextmanager
@@ -89,7 +110,7 @@ async def serve_policy(spec: PolicySpec) -> AsyncIterator[ServedPolicy]:
     if not folder.is_dir() or not (folder / "config.json").is_file():
         raise BadInput(
             f"policy.model: {spec.model!r} is not a local model folder (no config.json); "
-            "build the demo model with `thicket make-model models/tiny`, or give policy.url"
+            f"{model_folder_hint(spec.model)}, or give policy.url"
         )
     server = VLLMServer(
         model=str(folder),

@@ -12,7 +12,8 @@ from thicket.errors import DeadlineExceeded, ThicketError, Unavailable
 from thicket.rollout.envs import open_envs
 from thicket.rollout.served_policy import serve_policy
 from thicket.rollout.spec_record import record_spec
-from thicket.rollout.worker import TaskStatus, Worker, WorkerReport
+from thicket.rollout.worker import TaskOutcome, TaskStatus, Worker, WorkerReport
+from thicket.shards.storage import committed_task_ids
 from thicket.spec import SweepSpec
 from thicket.storage import open_store
 from thicket.storage.store import Store
@@ -26,9 +27,16 @@ class RunSummary:
     cache_hit_rate: float | None  # share of prompt tokens served from vLLM's prefix cache
     mean_in_flight: float = 0.0  # policy requests in flight, averaged over the run
     in_flight_limit: int = 0  # the requests-in-flight limit at the end (tuned with concurrency: auto)
+    nothing_to_grow: bool = False  # every task was committed before: no server was started
+    llm: bool = True  # the policy asks an LLM (the uniform baseline does not: no in-flight line)
 
     def lines(self) -> list[str]:
         r = self.report
+        if self.nothing_to_grow:
+            return [f"sweep        {self.sweep_uri}",
+                    ("tasks        the task's tree is already committed" if len(r.outcomes) == 1 else
+                     f"tasks        all {len(r.outcomes)} trees already committed")
+                    + ": nothing to grow (no server started)"]
         grown = r.grown
         nodes = sum(o.nodes for o in grown)
         solved = sum(o.solved for o in grown)
@@ -38,14 +46,16 @@ class RunSummary:
             f"sweep        {self.sweep_uri}",
             f"tasks        {len(r.outcomes)} ({len(grown)} grown, {r.count(TaskStatus.SKIPPED)} already committed, "
             f"{len(r.failed)} failed, {r.count(TaskStatus.TIMED_OUT)} timed out, {len(r.not_run)} not run)",
-            f"trees        {len(grown)}",
+            f"trees        {len(grown)} grown in this run (nodes, successes and tokens below count these)",
             f"nodes        {nodes}",
-            f"successes    {solved} of {len(grown)} trees solved their task",
+            f"successes    {solved} of {len(grown)} {'tree' if len(grown) == 1 else 'trees'} solved their task",
             f"tokens       {tokens} generated",
             f"prefix cache {cache}",
-            f"in flight    {self.mean_in_flight:.1f} LLM requests on average (limit at the end {self.in_flight_limit})",
-            f"time         {r.seconds:.1f} s",
         ]
+        if self.llm:
+            out.append(f"in flight    {self.mean_in_flight:.1f} LLM requests on average "
+                       f"(limit at the end {self.in_flight_limit})")
+        out.append(f"time         {r.seconds:.1f} s")
         out += [f"failed task  {o.task}: {o.error}" for o in r.failed]
         return out
 
@@ -64,6 +74,11 @@ async def run_tasks(spec: SweepSpec, tasks: list[int], progress: bool = True, st
     """Grow and commit `tasks`; `store`: the sweep's store from checked_store (default: open and
     check it here, with `allow_spec_change`)."""
     store = store or checked_store(spec, allow_spec_change)
+    done_before = committed_task_ids(store)
+    if tasks and set(tasks) <= done_before:  # a rerun of a finished sweep: no vLLM, no env server
+        metrics.TASKS_DONE.labels(TaskStatus.SKIPPED.value).inc(len(tasks))
+        return RunSummary(store.uri, WorkerReport([TaskOutcome(t, TaskStatus.SKIPPED) for t in sorted(tasks)]), None,
+                          nothing_to_grow=True)
     async with open_envs(spec.tasks) as new_env, serve_policy(spec.policy) as served:
         before = await cache_counters(served.base_url)
         worker = Worker(spec, served.policy, store, served.model_name, progress=progress and spec.run.progress,
@@ -76,7 +91,7 @@ async def run_tasks(spec: SweepSpec, tasks: list[int], progress: bool = True, st
     rate = hit_rate(before, after)
     if rate is not None:
         metrics.PREFIX_CACHE_HIT_RATIO.set(rate)
-    return RunSummary(store.uri, report, rate, in_flight, limit)
+    return RunSummary(store.uri, report, rate, in_flight, limit, llm=spec.policy.kind != "uniform")
 
 
 async def cache_counters(base_url: str | None) -> tuple[float, float] | None:

@@ -21,7 +21,7 @@ from thicket.tiny_model import vllm_python
 from thicket.training.evaluate import DEMO_MAX_DEPTH, DEMO_POLICY, EVAL_TASKS, model_pass_at_1
 from thicket.training.experts import ExpertSet, conversations
 
-DEMO_MODEL = Path(__file__).resolve().parent / "demo_model"
+DEMO_MODEL = Path(__file__).resolve().parent / "demo_policy"
 TRAINER = Path(__file__).resolve().parent / "train_policy.py"
 TRAINING_JSON = "training.json"
 EVAL_SAMPLES = 4  # trajectories a task

@@ -80,7 +80,7 @@ CASES = [
          variant("{algorithm: sample, samples: 2, max_depth: 3}", "sample")),
     # -- unknown names -------------------------------------------------------------------------
     Case("unknown-env", RUN, "tasks.env: unknown env 'nethack'", variant("env: textcraft", "env: nethack")),
-    Case("unknown-algorithm", RUN, "search: Input tag 'bfs'", variant("algorithm: sample", "algorithm: bfs")),
+    Case("unknown-algorithm", RUN, "search.algorithm: 'bfs' is not one of", variant("algorithm: sample", "algorithm: bfs")),
     Case("unknown-policy-kind", RUN, "policy.kind: Input should be 'vllm', 'openai' or 'uniform'",
          variant("kind: uniform", "kind: gpt")),
     Case("unknown-field", RUN, "tasks.per_idx: unknown field", variant("per_index: 2", "per_idx: 2")),

@@ -53,16 +53,16 @@ def test_commands_without_a_cluster_fail_with_one_line(tmp_path, monkeypatch, cl
     spec = tmp_path / "s.yaml"
     spec.write_text(yaml.safe_dump(BASE))
     result = thicket("status", "tc", env=env)  # end to end once, as a separate process
-    assert result.returncode == 3 and result.stderr.count("\n") == 1
-    assert result.stderr.startswith("error: no Kubernetes cluster configured"), result.stderr
+    assert result.returncode == 2 and result.stderr.count("\n") == 1  # a user mistake, not an unreachable cluster
+    assert result.stderr.startswith(f"error: no kubeconfig at {tmp_path / 'missing'} (from KUBECONFIG)"), result.stderr
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     for args in (["submit", str(spec)], ["status", str(spec)], ["logs", "tc", "--index", "0"], ["cancel", "tc"],
                  ["wait-job", "tc"]):
         code, _, err = cli(*args)
-        assert code == 3, (args, err)
-        assert err.startswith("error: no Kubernetes cluster configured") and err.count("\n") == 1, err
+        assert code == 2, (args, err)
+        assert err.startswith("error: no kubeconfig at ") and err.count("\n") == 1, err
 
 
 def test_an_unreachable_api_server_is_a_one_line_unavailable(tmp_path, monkeypatch):

@@ -129,7 +129,7 @@ def test_status_prints_one_line_per_index_with_its_reason_and_a_summary(fake, cl
 
 def test_status_json_has_the_summary_and_one_entry_per_index(fake, cli):
     sweep(fake)
-    code, out, err = cli("status", "tc", "--no-storage", "-o", "json")
+    code, out, err = cli("status", "tc", "--no-storage", "--format", "json")
     assert code == 0, err
     data = json.loads(out)
     assert set(data) == {"summary", "indexes"}
@@ -185,7 +185,7 @@ def test_watch_refreshes_until_the_job_finishes(fake, cli, monkeypatch, output):
                          "conditions": [{"type": "Complete", "status": "True"}]}
 
     monkeypatch.setattr(commands.time, "sleep", sleep)
-    code, out, err = cli("status", "tc", "--no-storage", "--watch", "--interval", "7", "-o", output)
+    code, out, err = cli("status", "tc", "--no-storage", "--watch", "--interval", "7", "-o", output)  # the old spelling of --format
     assert code == 0, err
     assert sleeps == [7]
     if output == "json":

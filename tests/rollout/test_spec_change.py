@@ -84,7 +84,7 @@ def test_the_same_spec_reruns_as_a_no_op_and_more_tasks_are_added(tmp_path):
     sweep = tmp_path / "out" / "spec-change"
     before = files(sweep)
     again = thicket(tmp_path, BASE)
-    assert again.returncode == 0 and "(0 grown, 2 already committed" in again.stdout, again.stderr
+    assert again.returncode == 0 and "all 2 trees already committed" in again.stdout, again.stderr
     retried = thicket(tmp_path, BASE, command="worker")  # a retried pod, same spec
     assert retried.returncode == 0 and "already committed" in retried.stdout, retried.stderr
     assert files(sweep) == before

@@ -174,7 +174,7 @@ def test_a_partial_run_a_full_run_then_a_rerun_that_writes_nothing(s3_server, aw
     assert store.exists("spec.yaml")
     before = objects(s3_server, bucket)
     again = thicket("run", DEMO, *FAST, "--output", out, env=aws_env)
-    assert again.returncode == 0 and "(0 grown, 6 already committed" in again.stdout, again.stderr
+    assert again.returncode == 0 and "all 6 trees already committed: nothing to grow" in again.stdout, again.stderr
     assert objects(s3_server, bucket) == before
 
 
@@ -330,7 +330,7 @@ def test_pull_refuses_a_corrupted_shard_loudly(sweep_on_s3, aws_env, tmp_path):
     result = thicket("pull", uri, str(dest), "--no-progress", env=aws_env)
     assert result.returncode == 1
     line = one_line(result)
-    assert "1 shard(s) failed verification" in line and marker.data_key in line
+    assert "1 shard failed verification" in line and marker.data_key in line
     assert not (dest / marker.data_key).exists() and not (dest / "trees/commits/task-00000003.json").exists()
     assert sorted(committed_tasks(LocalStore(dest))) == [0, 1, 2, 4]
 
