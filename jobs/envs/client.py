@@ -84,6 +84,10 @@ class EnvClient:
     async def aclose(self) -> None:
         await self._exchange.aclose()
 
+    @property
+    def url(self) -> str:
+        return self.config.url
+
     def request_id(self) -> str:
         return f"{id(self):x}-{next(self._request_ids)}"
 

@@ -13,15 +13,12 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from thicket.envs.dialects import Dialect
 from thicket.envs.protocol import ActionFailed, Env, Observation, Transition
 from thicket.envs.wire import ConnectionLost, EnvServerError, InstanceGone, SnapshotGone
 from thicket.errors import Unavailable
-
-if TYPE_CHECKING:
-    from thicket.envs.client import EnvClient
 
 EPISODE_OVER = Transition(Observation("The episode is over.", ()), 0.0, True)
 MAX_RECOVERIES = 3  # instance lost again and again within one call: give up
@@ -51,8 +48,23 @@ class _Position:
     score: float = 0.0  # a cumulative score the server reports (sciworld)
 
 
+class ServerCalls(Protocol):
+    """What a RemoteEnv asks of the client it sends requests through (thicket.envs.client's
+    EnvClient, which makes RemoteEnvs: this module does not import it)."""
+
+    connection_errors: int  # lost connections so far: a request may have reached the server
+
+    @property
+    def url(self) -> str: ...
+
+    def request_id(self) -> str: ...
+
+    async def call(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None,
+                   resend: bool = True) -> Any: ...
+
+
 class RemoteEnv(Env):
-    def __init__(self, client: EnvClient, dialect: Dialect) -> None:
+    def __init__(self, client: ServerCalls, dialect: Dialect) -> None:
         self.client = client
         self.dialect = dialect
         # Per instance, not per class: one class serves every family.
@@ -85,7 +97,7 @@ class RemoteEnv(Env):
                 return await self._reset(task)
             except (InstanceGone, ConnectionLost):
                 self.instance = None
-        raise Unavailable(f"env server {self.client.config.url} keeps losing {self.family} instances")
+        raise Unavailable(f"env server {self.client.url} keeps losing {self.family} instances")
 
     async def step(self, action: str) -> Transition:
         at = self._target()
@@ -98,7 +110,7 @@ class RemoteEnv(Env):
                 return await self._step(action)
             except (InstanceGone, ConnectionLost) as err:
                 log.warning("env server %s: %s instance lost (%s); rebuilding it by replaying %d action(s)",
-                            self.client.config.url, self.family, type(err).__name__, len(at.actions))
+                            self.client.url, self.family, type(err).__name__, len(at.actions))
                 self.instance = None  # the next try rebuilds the state on a new instance
                 self.recoveries += 1
             except SnapshotGone:
@@ -106,8 +118,8 @@ class RemoteEnv(Env):
                 self._pending = replace(self._pending, snapshot=None)  # the next try replays it
             except EnvServerError as err:  # refused (an oversized action, a step after the end) or failed
                 self._at = self._current = self._pending = None  # the state the server holds is unknown now
-                raise ActionFailed(f"env server {self.client.config.url} refused {action[:80]!r}: {err}") from err
-        raise Unavailable(f"env server {self.client.config.url} keeps losing {self.family} instances")
+                raise ActionFailed(f"env server {self.client.url} refused {action[:80]!r}: {err}") from err
+        raise Unavailable(f"env server {self.client.url} keeps losing {self.family} instances")
 
     async def snapshot(self) -> RemoteSnapshot:
         if not self.can_snapshot:
