@@ -16,6 +16,7 @@ import thicket.shards.storage as shards
 from tests.support.random_trees import dataset_rows, files_under, synthetic_sweep
 from thicket.aggregate.driver import TreeOutput, aggregate
 from thicket.aggregate.params import DatasetsSpec, SFTParams
+from thicket.aggregate.report import TaskRow
 from thicket.aggregate.stats import SweepStats
 from thicket.errors import BadInput
 from thicket.shards.storage import CommitStatus, commit_key, iter_shards, read_marker, write_shard, write_shards
@@ -142,8 +143,11 @@ def test_tables_from_worker_processes_keep_their_arrow_layout():
     texts = pa.array(["a", None, "ccc"]).take(pa.array([2, 0, 0]))  # a bitmap without nulls
     messages = pa.ListArray.from_arrays(pa.array([0, 1, 3], pa.int32()), pa.StructArray.from_arrays([texts], ["c"]))
     table = pa.table({"messages": messages, "texts": texts.take(pa.array([1, 2])), "n": [1, 2]})
-    sent = TreeOutput({"x": table}, SweepStats(), {})
-    back = pickle.loads(pickle.dumps(sent)).tables["x"]
+    rows = [TaskRow(7, 3, 1, 0.5, 12)]
+    sent = TreeOutput({"x": table}, SweepStats(), {}, rows)
+    received = pickle.loads(pickle.dumps(sent))
+    back = received.tables["x"]
+    assert received.tasks == rows
     assert back.equals(table) and back.schema == table.schema
     assert back.nbytes == table.nbytes != pickle.loads(pickle.dumps(table)).nbytes
     assert pa.concat_tables([back, back]).combine_chunks().nbytes == pa.concat_tables([table, table]).combine_chunks().nbytes
