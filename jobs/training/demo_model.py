@@ -16,6 +16,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from thicket.envs.env_args import distinct_tasks
 from thicket.errors import BadInput
 from thicket.tiny_model import vllm_python
 from thicket.training.evaluate import DEMO_MAX_DEPTH, DEMO_POLICY, EVAL_TASKS, model_pass_at_1
@@ -39,9 +40,22 @@ class Recipe:
     eval_start: int = EVAL_TASKS.start  # pass@1 tasks: below the expert tasks
     eval_stop: int = EVAL_TASKS.stop
     max_depth: int = DEMO_MAX_DEPTH  # of the pass@1 trajectories
+    # Goals left out of the expert tasks, as [start, stop) of task i mod the family's distinct tasks
+    # (TextCraft's task i is goal i mod 419): held out for an evaluation on goals never trained on.
+    held_out_goals: tuple[int, int] | None = None
 
     def experts(self) -> ExpertSet:
-        return ExpertSet(self.env, range(self.tasks_start, self.tasks_stop), self.noise, self.seed, self.max_steps)
+        return ExpertSet(self.env, self.expert_tasks(), self.noise, self.seed, self.max_steps)
+
+    def expert_tasks(self) -> tuple[int, ...]:
+        tasks = range(self.tasks_start, self.tasks_stop)
+        if self.held_out_goals is None:
+            return tuple(tasks)
+        distinct = distinct_tasks(self.env, {})
+        if distinct is None:
+            raise BadInput(f"held_out_goals: {self.env}'s task indices do not wrap around a known set of goals")
+        low, high = self.held_out_goals
+        return tuple(task for task in tasks if not low <= task % distinct < high)
 
     @property
     def eval_tasks(self) -> range:

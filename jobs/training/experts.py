@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from thicket.envs import make_env
@@ -140,7 +140,7 @@ async def play(env: str, task: int, steps: list[Step]) -> Messages | None:
 @dataclass(frozen=True)
 class ExpertSet:
     env: str
-    tasks: range
+    tasks: Sequence[int]
     noise: float
     seed: int
     max_steps: int  # tasks whose plan is longer are left out
