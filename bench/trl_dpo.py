@@ -50,18 +50,29 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
+def trained_flags(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, Any]]) -> list[bool]:
+    """Per token of the rendered chat, whether it is one the policy sampled in a trained message:
+    an assistant message's content and its end-of-turn token, unless the message is flagged
+    `loss: false`. Its role header and what the template writes after end-of-turn are not."""
+    full = render(tokenizer, messages)
+    end_of_turn = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)
+    flags = [False] * len(full)
+    for k, message in enumerate(messages):
+        if message["role"] != "assistant" or message.get("loss", True) is False:
+            continue
+        begin = len(render(tokenizer, messages[:k], generation_prompt=True))
+        stop = len(render(tokenizer, messages[: k + 1])) if k + 1 < len(messages) else len(full)
+        if end_of_turn in full[begin:stop]:
+            stop = begin + full[begin:stop].index(end_of_turn) + 1
+        flags[begin:stop] = [True] * (stop - begin)
+    return flags
+
+
 def completion_flags(tokenizer: PreTrainedTokenizerBase, prompt: list[dict], side: list[dict]) -> list[bool]:
-    """Per token of the completion TRL cuts from prompt + side (see its tokenize_fn), whether it
-    belongs to a message flagged `loss: true`: each message's tokens are what it adds to the render."""
+    """trained_flags over the completion TRL cuts from prompt + side (see its tokenize_fn)."""
     full = render(tokenizer, prompt + side)
     start = common_prefix(render(tokenizer, prompt, generation_prompt=True), full)
-    flags = [False] * len(full)
-    done = len(render(tokenizer, prompt))
-    for k, message in enumerate(side, start=1):
-        upto = len(render(tokenizer, prompt + side[:k])) if k < len(side) else len(full)
-        flags[done:upto] = [bool(message["loss"])] * (upto - done)
-        done = upto
-    return flags[start:]
+    return trained_flags(tokenizer, prompt + side)[start:]
 
 
 @dataclass

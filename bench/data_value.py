@@ -1,0 +1,310 @@
+"""What thicket's trees are worth as training data (issue 37): one round of each method's own
+recipe from one base policy, at the same generation budget, judged on goals the base never saw.
+
+    bash bench/trl_venv.sh                          # TRL in bench/.venv-trl (CPU torch)
+    .venv/bin/python bench/data_value.py [--seeds 0 1 2] [--arms sample tot mcts mcts_pw dense]
+                                         [--second-round ARM] [--out data_value.json]
+
+1. pi0: the demo policy's recipe (`thicket make-model --train textcraft`), its expert tasks with
+   the evaluation goals held out (TextCraft's task i is goal i mod 419: goals, not indices).
+2. Per seed and search: pi0 grows trees on the training tasks (goals pi0 trained on, none of the
+   evaluation's) at the same LLM-call budget a task, through the product (`run_tasks`,
+   `aggregate`); generation CPU-seconds are the vLLM server's process tree and this process's.
+3. Per search, its method's recipes, each training pi1 from pi0 with TRL (bench/trl_train.py in
+   bench/.venv-trl), hyper-parameters fixed here before any run and the same for every arm:
+     sft      every search: SFT on the successes (`sft`), the common baseline
+     eto      sample (ETO explores by sampling): DPO on trajectory pairs (`dpo`, kind trajectory)
+     agent_r  mcts, mcts_pw (Agent-R): SFT on revision trajectories (`revision`) and good paths (`sft`)
+     dense    dense (DensePolicy): DPO on step pairs (`dpo`, kind step)
+     tot_dpo  tot: DPO on its step pairs (`dpo`, kind step)
+4. Every pi1 and pi0 evaluated with thicket eval's path (`evaluate`) on the held-out goals; the
+   gain in pass@1 over pi0, mean and sd over seeds, per 1,000 generation calls and per CPU-second.
+5. `--second-round ARM:RECIPE`: ETO's iterative step for that arm: pi1 explores (same budget, the
+   next training tasks), pi2 trains from pi1 the same way, gain over pi1 and over pi0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from thicket.aggregate.driver import aggregate
+from thicket.evaluation.run import evaluate
+from thicket.rollout.sweep import raise_for_failures, run_tasks
+from thicket.tiny_model import vllm_python
+from thicket.training.demo_model import DEMO_RECIPE, train_demo_model
+from thicket.training.evaluate import pass_spec
+from thicket.vllm_server import VLLMServer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from search_quality import SEARCHES, machine, sweep_spec  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TRL_PYTHON = ROOT / "bench" / ".venv-trl" / "bin" / "python"
+TRAINER = ROOT / "bench" / "trl_train.py"
+
+BUDGET = 64  # LLM calls a tree at most
+MAX_DEPTH = 12
+EVAL_SAMPLES = 4
+
+
+@dataclass(frozen=True)
+class Plan:
+    eval_goals: tuple[int, int]  # held out of pi0's expert tasks; evaluated as these task indices
+    train_tasks: range  # pi0's own goals; round two explores the next as many
+    training: dict[str, float]  # bench/trl_train.py's Settings
+
+
+# Fixed before the runs, the same for every arm (no tuning on the evaluation goals).
+FULL = Plan((200, 264), range(300, 332),
+            {"steps": 40, "batch": 8, "sft_learning_rate": 5e-4, "dpo_learning_rate": 2e-4, "beta": 0.1})
+SMOKE = Plan((200, 204), range(300, 306), {**FULL.training, "steps": 2})  # the plumbing only: no figures
+RECIPES: dict[str, tuple[str, ...]] = {
+    "sample": ("sft", "eto"),
+    "tot": ("sft", "tot_dpo"),
+    "mcts": ("sft", "agent_r"),
+    "mcts_pw": ("sft", "agent_r"),
+    "dense": ("sft", "dense"),
+}
+
+
+def kept(path: Path, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """make()'s figures, kept in `path`: a rerun after a stop takes them instead of making them
+    again (a sweep cut short resumes anyway: thicket skips the trees it committed)."""
+    if path.is_file():
+        return json.loads(path.read_text())
+    figures = make()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(figures, default=str) + "\n")
+    return figures
+
+
+def rows_of(datasets: Path, name: str) -> list[dict[str, Any]]:
+    folder = datasets / name
+    return [row for part in sorted(folder.glob("*.parquet")) for row in pq.read_table(part).to_pylist()]
+
+
+def recipe_rows(recipe: str, datasets: Path) -> tuple[str, list[dict[str, Any]]]:
+    """(trainer method, rows) of a recipe, from an aggregated sweep's datasets."""
+    if recipe == "sft":
+        return "sft", rows_of(datasets, "sft")
+    if recipe == "agent_r":
+        return "sft", rows_of(datasets, "revision") + rows_of(datasets, "sft")
+    kind = "trajectory" if recipe == "eto" else "step"
+    return "dpo", [row for row in rows_of(datasets, "dpo") if row["kind"] == kind]
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of a process and its live descendants (/proc), as the kernel counts them."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    times: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+        times[int(entry.name)] = (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) / ticks
+    total, stack = 0.0, [pid]
+    while stack:
+        node = stack.pop()
+        total += times.get(node, 0.0)
+        stack.extend(children.get(node, []))
+    return total
+
+
+def own_cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+@dataclass
+class Served:
+    server: VLLMServer
+
+    @property
+    def cpu(self) -> float:
+        pid = self.server.pid
+        return (tree_cpu_seconds(pid) if pid else 0.0) + own_cpu_seconds()
+
+
+def grow(policy_dir: Path, algorithm: str, tasks: range, seed: int, work: Path) -> dict[str, Any]:
+    """Trees of one search from a policy on `tasks`, aggregated: their datasets and what they cost."""
+    return kept(work / f"{algorithm}.grown.json", lambda: _grow(policy_dir, algorithm, tasks, seed, work))
+
+
+def _grow(policy_dir: Path, algorithm: str, tasks: range, seed: int, work: Path) -> dict[str, Any]:
+    args = argparse.Namespace(max_depth=MAX_DEPTH, budget=BUDGET, env="textcraft", env_args={}, tasks=tasks, seed=seed)
+    with VLLMServer(str(policy_dir), served_name=policy_dir.name, python=vllm_python(),
+                    log_path=work / f"vllm-{algorithm}-{seed}.log") as server:
+        served = Served(server)
+        spec = sweep_spec(algorithm, args, server.url, server.served_name, str(work / "trees"))
+        cpu, started = served.cpu, time.perf_counter()
+        summary = asyncio.run(run_tasks(spec, list(tasks), progress=False))
+        raise_for_failures(summary)
+        cpu = served.cpu - cpu
+    stats = aggregate(spec.sweep_uri, workers=0).stats
+    datasets = Path(spec.sweep_uri.removeprefix("file://")) / "datasets"
+    return {"datasets": str(datasets), "llm_calls": stats["search_quality"]["llm_calls"], "cpu_s": cpu,
+            "wall_s": time.perf_counter() - started, "successes": stats["search_quality"]["distinct_successful_trajectories"]}
+
+
+def train(base: Path, recipe: str, datasets: str, seed: int, out: Path, plan: Plan) -> dict[str, Any]:
+    return kept(out.parent / f"{out.name}.train.json", lambda: _train(base, recipe, Path(datasets), seed, out, plan))
+
+
+def _train(base: Path, recipe: str, datasets: Path, seed: int, out: Path, plan: Plan) -> dict[str, Any]:
+    method, rows = recipe_rows(recipe, datasets)
+    if not rows:
+        return {"recipe": recipe, "rows": 0, "skipped": "no rows"}
+    out.mkdir(parents=True, exist_ok=True)
+    data = out.parent / f"{out.name}.jsonl"
+    data.write_text("".join(json.dumps(row, default=str) + "\n" for row in rows))
+    before = os.times()
+    done = subprocess.run([str(TRL_PYTHON), str(TRAINER), method, str(base), str(data), str(out),
+                           json.dumps({**plan.training, "seed": seed})], capture_output=True, text=True, cwd=ROOT)
+    after = os.times()
+    if done.returncode != 0:
+        raise SystemExit(f"training {recipe} failed:\n{done.stderr[-3000:]}")
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    cpu = (after.children_user + after.children_system) - (before.children_user + before.children_system)
+    return {"recipe": recipe, **summary, "cpu_s": round(cpu, 1)}
+
+
+def pass_at_1(model: Path, seed: int, plan: Plan) -> dict[str, Any]:
+    """pass@1 on the held-out goals, thicket eval's path; kept beside the model."""
+    return kept(model.parent / f"{model.name}.eval-s{seed}.json", lambda: _pass_at_1(model, seed, plan))
+
+
+def _pass_at_1(model: Path, seed: int, plan: Plan) -> dict[str, Any]:
+    tasks = range(*plan.eval_goals)
+    scratch = model.parent / f"{model.name}-eval-s{seed}"
+    scratch.mkdir(parents=True, exist_ok=True)
+    with VLLMServer(str(model), served_name=model.name, python=vllm_python(), log_path=scratch / "vllm.log") as server:
+        spec = pass_spec({"kind": "openai", "url": server.url, "model": server.served_name}, scratch, tasks,
+                         EVAL_SAMPLES, seed)
+        figures = evaluate(spec, tasks, (1,)).to_json()
+    return {"pass_at_1": figures["pass_at_1"], "solved_tasks": figures["solved_tasks"]}
+
+
+def base_policy(work: Path, reuse: Path | None, plan: Plan) -> Path:
+    if reuse is not None:
+        return reuse
+    pi0 = work / "pi0"
+    if (pi0 / "training.json").is_file():
+        return pi0  # made by an earlier run
+    low, high = plan.eval_goals
+    recipe = replace(DEMO_RECIPE, held_out_goals=(low, high), eval_start=low, eval_stop=high)
+    started = time.perf_counter()
+    summary = train_demo_model(pi0, recipe, evaluate=False)
+    print(f"pi0: {summary['conversations']} expert chats (goals {low}-{high - 1} held out), "
+          f"{time.perf_counter() - started:.0f} s", flush=True)
+    return pi0
+
+
+def one_round(base: Path, arms: list[str], seeds: list[int], tasks: range, work: Path, plan: Plan,
+              ) -> list[dict[str, Any]]:
+    rows = []
+    for seed in seeds:
+        for arm in arms:
+            grown = grow(base, arm, tasks, seed, work / f"s{seed}")
+            print(f"seed {seed} {arm}: {grown['llm_calls']} calls, {grown['successes']} distinct successes, "
+                  f"{grown['cpu_s']:.0f} CPU-s", flush=True)
+            for recipe in RECIPES[arm]:
+                model = work / f"s{seed}" / f"{arm}-{recipe}"
+                trained = train(base, recipe, grown["datasets"], seed, model, plan)
+                score = pass_at_1(model, seed, plan) if "skipped" not in trained else None
+                row = {"seed": seed, "arm": arm, "recipe": recipe, "llm_calls": grown["llm_calls"],
+                       "generation_cpu_s": round(grown["cpu_s"], 1), "training": trained, "eval": score}
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    return rows
+
+
+def gains(rows: list[dict[str, Any]], base: dict[int, float]) -> dict[str, dict[str, float]]:
+    """Per arm and recipe: mean and sd over seeds of the pass@1 gain over the base policy
+    (evaluated with the same seed: the same sampling noise), per 1k calls, per CPU-second."""
+    out: dict[str, dict[str, float]] = {}
+    keys = sorted({(r["arm"], r["recipe"]) for r in rows})
+    for arm, recipe in keys:
+        runs = [r for r in rows if (r["arm"], r["recipe"]) == (arm, recipe) and r["eval"]]
+        if not runs:
+            continue
+        gain = [r["eval"]["pass_at_1"]["mean"] - base[r["seed"]] for r in runs]
+        per_call = [g * 1000 / r["llm_calls"] for g, r in zip(gain, runs)]
+        per_cpu = [g / (r["generation_cpu_s"] + r["training"]["cpu_s"]) for g, r in zip(gain, runs)]
+        out[f"{arm}/{recipe}"] = {
+            "seeds": len(runs), "gain": statistics.mean(gain), "gain_sd": statistics.stdev(gain) if len(gain) > 1 else 0.0,
+            "gain_per_1k_calls": statistics.mean(per_call), "gain_per_cpu_s": statistics.mean(per_cpu)}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--arms", nargs="+", default=list(RECIPES), choices=list(SEARCHES))
+    parser.add_argument("--pi0", type=Path, help="a pi0 made before by this script (its work folder's pi0/)")
+    parser.add_argument("--second-round", metavar="ARM:RECIPE", help="ETO's second round for this arm's recipe")
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "thicket-data-value")
+    parser.add_argument("--out", default="data_value.json")
+    parser.add_argument("--smoke", action="store_true", help="6 training tasks, 4 eval goals, 2 steps: plumbing only")
+    args = parser.parse_args()
+    plan = SMOKE if args.smoke else FULL
+    if not TRL_PYTHON.is_file():
+        raise SystemExit("no bench/.venv-trl: run `bash bench/trl_venv.sh` first")
+    args.work.mkdir(parents=True, exist_ok=True)
+    pi0 = base_policy(args.work, args.pi0, plan)
+    base = {seed: pass_at_1(pi0, seed, plan) for seed in args.seeds}
+    base_mean = {seed: figures["pass_at_1"]["mean"] for seed, figures in base.items()}
+    print(f"pi0 pass@1 on held-out goals, per seed: {base_mean}", flush=True)
+    rows = one_round(pi0, args.arms, args.seeds, plan.train_tasks, args.work / "round1", plan)
+    result: dict[str, Any] = {"date": datetime.date.today().isoformat(), "machine": machine(),
+                              "smoke": args.smoke, "eval_goals": plan.eval_goals,
+                              "train_tasks": [plan.train_tasks.start, plan.train_tasks.stop], "budget": BUDGET,
+                              "training": plan.training, "pi0": base, "round1": rows,
+                              "gains": gains(rows, base_mean)}
+    if args.second_round:
+        arm, recipe = args.second_round.split(":")
+        second: list[dict[str, Any]] = []
+        tasks = range(plan.train_tasks.stop, plan.train_tasks.stop + len(plan.train_tasks))
+        for seed in args.seeds:
+            pi1 = args.work / "round1" / f"s{seed}" / f"{arm}-{recipe}"
+            grown = grow(pi1, arm, tasks, seed, args.work / "round2" / f"s{seed}")
+            pi2 = args.work / "round2" / f"s{seed}" / f"{arm}-{recipe}"
+            trained = train(pi1, recipe, grown["datasets"], seed, pi2, plan)
+            second.append({"seed": seed, "arm": arm, "recipe": recipe, "llm_calls": grown["llm_calls"],
+                           "generation_cpu_s": round(grown["cpu_s"], 1), "training": trained,
+                           "eval": pass_at_1(pi2, seed, plan) if "skipped" not in trained else None})
+            print(json.dumps(second[-1]), flush=True)
+        result["round2"] = second
+        result["round2_gains_over_pi0"] = gains(second, base_mean)
+        first = {r["seed"]: r["eval"]["pass_at_1"]["mean"] for r in rows
+                 if (r["arm"], r["recipe"]) == (arm, recipe) and r["eval"]}
+        result["round2_gains_over_pi1"] = gains([r for r in second if r["seed"] in first], first)
+    Path(args.out).write_text(json.dumps(result, indent=1, default=str) + "\n")
+    print(f"\npi0 pass@1 {statistics.mean(base_mean.values()):.3f}; gain in pass@1 over pi0 (mean ± sd over seeds):")
+    for name, g in result["gains"].items():
+        print(f"  {name:<18} {g['gain']:+.3f} ± {g['gain_sd']:.3f}   {g['gain_per_1k_calls']:+.4f} per 1k calls   "
+              f"{g['gain_per_cpu_s']:+.6f} per CPU-s   ({g['seeds']} seeds)")
+    print(f"figures in {args.out}")
+
+
+if __name__ == "__main__":
+    main()
