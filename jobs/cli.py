@@ -89,7 +89,8 @@ def validate(spec: str, policy: str | None) -> None:
     s = _spec_with_overrides(spec, None, policy)
     if note := check_policy_fits_env(s):  # the env is asked: a uniform policy needs listed actions
         click.echo(note, err=True)
-    for note in (task_range_note(s.tasks), model_folder_note(s.policy)):  # valid, but maybe not what was meant
+    local = not s.sweep_uri.startswith("s3://")  # a cluster sweep's pods fetch policy.model from the hub
+    for note in (task_range_note(s.tasks), model_folder_note(s.policy) if local else None):  # maybe not what was meant
         if note:
             click.echo(note, err=True)
     ranges = s.tasks.index_ranges()
@@ -105,7 +106,7 @@ def validate(spec: str, policy: str | None) -> None:
     from thicket.k8s.render import render
 
     try:
-        render(s)  # what the cluster would refuse, refused here
+        objects = render(s)  # what the cluster would refuse, refused here
     except BadInput as err:
         if s.sweep_uri.startswith("s3://"):
             raise
@@ -115,6 +116,13 @@ def validate(spec: str, policy: str | None) -> None:
     c = s.cluster
     gpus = f", {c.gpus} GPU(s) each" if serves_vllm(s) else ", no vLLM in the pod"
     click.echo(f"cluster {c.namespace}: {_plural(len(ranges), 'index', 'indexes')}, {min(c.parallelism, len(ranges))} at a time{gpus}")
+    from thicket.k8s.node_fit import report
+
+    # A cluster sweep (output on S3): the pod's request, the GPU nodes it fits, loading the model.
+    if s.sweep_uri.startswith("s3://") and (fit := report(s, objects)):
+        click.echo("\n".join(fit.lines))
+        for warning in fit.warnings:
+            click.echo(f"warning: {warning}", err=True)
 
 
 @cli.command(short_help="Run SPEC's tasks on this machine, then build the datasets.", epilog=_examples(

@@ -339,8 +339,9 @@ def test_every_container_of_every_rendered_pod_is_locked_down():
         assert "seccompProfile" not in sc  # the pod's RuntimeDefault holds
         assert sc["readOnlyRootFilesystem"] is True, container["name"]  # vLLM's caches too: on /tmp
     assert {"worker", "vllm", "env-textcraft", "env-sciworld"} <= seen and len(seen) >= 6
-    for job in (o for o in objects if o["kind"] == "Job" and not o["metadata"]["name"].endswith("-aggregate")):
-        assert job["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    # Only the aggregation's waiter reads the API (the rollout Job; it releases the aggregation Job).
+    for job in (o for o in objects if o["kind"] == "Job" and not o["metadata"]["name"].endswith("-aggregate-wait")):
+        assert job["spec"]["template"]["spec"]["automountServiceAccountToken"] is False, job["metadata"]["name"]
 
 
 # -- docs/security.md points at tests that exist ----------------------------------------------------
@@ -354,3 +355,31 @@ def test_every_test_the_security_doc_cites_exists():
         tree = ast.parse((ROOT / path).read_text())
         names = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         assert name in names, f"docs/security.md cites {path}::{name}, which does not exist"
+
+
+# -- cloud credentials: the worker's only ----------------------------------------------------------
+
+EKS_TOKEN = "var/run/secrets/eks.amazonaws.com/serviceaccount/token"
+
+
+def test_the_math_sandbox_reads_what_its_user_can_read_so_no_token_may_be_in_its_container(tmp_path):
+    """Measured: model code in the math sandbox reads a file outside its folder (here a stand-in for
+    the token EKS's webhook would mount), while it cannot write there nor reach the network. So the
+    defence is that the token never enters the env sidecar's container (the rendered annotation),
+    as docs/security.md says; if the sandbox ever refuses reads, update that section."""
+    from thicket.envs.math.sandbox import run_cells
+
+    token = tmp_path / EKS_TOKEN
+    token.parent.mkdir(parents=True)
+    value = secrets.token_urlsafe(24)
+    token.write_text(value)
+    read = run_cells([], f"print(open({str(token)!r}).read())")
+    assert read.status == "ok" and value in read.output, read.output
+    write = run_cells([], f"open({str(token)!r}, 'w').write('x')")
+    assert write.status == "error" and token.read_text() == value
+    # Every rendered rollout pod keeps the webhook's token to the worker, the NetworkPolicy closes
+    # the metadata addresses (tests/k8s/test_network.py holds the rest).
+    from thicket.k8s.network import credential_problems
+
+    for path in SWEEPS:
+        assert credential_problems(render(load_spec(path))) == [], path.name

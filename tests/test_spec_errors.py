@@ -126,3 +126,9 @@ def test_a_missing_model_folder_is_a_note_in_validate_and_an_error_naming_the_co
     assert f"note: policy.model: the local model folder {model} does not exist; make it with {command}" in result.stderr
     line = one_error_line(thicket("run", str(spec), "--output", str(tmp_path / "out"), "--no-progress"))
     assert command in line and "models/tiny" not in line
+
+
+def test_a_cluster_sweep_names_a_hub_model_without_a_local_folder_note():
+    result = thicket("validate", "sweeps/cluster/textcraft-mcts.yaml")
+    assert result.returncode == 0, result.stderr
+    assert "local model folder" not in result.stderr and "make-model" not in result.stderr

@@ -4,18 +4,21 @@ Talks to the API server on plain JSON dicts, the same dicts `thicket.k8s.render`
 official `kubernetes` client with a kubeconfig, or straight over urllib3 with the pod's service account
 in a cluster (so an image that only waits on Jobs needs no `kubernetes` package). Failures become
 one-line errors: no cluster configured or reachable (exit 3), forbidden / unauthorized / rejected
-objects (exit 2).
+objects / conflicts (exit 2). A 429 (honouring Retry-After), a 5xx and a dropped connection are
+retried a few times (tenacity: RETRY_TRIES tries within RETRY_BUDGET_S seconds) before they fail.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote, urlencode
 
 import urllib3
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 
 from thicket.errors import BadInput, ThicketError, Unavailable
 
@@ -48,12 +51,57 @@ NO_CLUSTER = (
 )
 
 
+# Retried answers and how: at most RETRY_TRIES tries within RETRY_BUDGET_S seconds, waiting the
+# server's Retry-After (capped) or an exponential backoff between them.
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+RETRY_TRIES = 5
+RETRY_BUDGET_S = 60.0
+RETRY_AFTER_CAP_S = 30.0
+PAGE_SIZE = 500  # objects per list request (limit / continue)
+
+
 class NotFound(Exception):
     pass
 
 
-class Conflict(Exception):
-    pass
+class Conflict(BadInput):
+    """409: the object exists already, or changed since it was read (exit 2, one line)."""
+
+
+class _Transient(Exception):
+    """A try worth repeating: an answer in RETRY_STATUSES (response set) or a dropped connection."""
+
+    def __init__(self, response: Any = None, error: str | None = None) -> None:
+        super().__init__(error or f"HTTP {getattr(response, 'status', '?')}")
+        self.response = response
+        self.error = error
+
+    def retry_after(self) -> float | None:
+        headers = getattr(self.response, "headers", None) or {}
+        value = headers.get("Retry-After") if hasattr(headers, "get") else None
+        try:
+            return max(0.0, float(value)) if value is not None else None
+        except ValueError:
+            return None  # an HTTP date: the backoff decides
+
+
+def _pool_retries() -> urllib3.util.Retry:
+    """urllib3's own retries: one more connect try, nothing else: answers (a 429's Retry-After, which
+    urllib3 would sleep uncapped) and dropped connections are Kube.request's (tenacity, bounded)."""
+    return urllib3.util.Retry(total=1, connect=1, read=0, status=0, other=0, redirect=0,
+                              respect_retry_after_header=False, raise_on_status=False, raise_on_redirect=False)
+
+
+def _dropped(err: BaseException) -> bool:
+    """A connection the server (or a proxy) dropped mid-request, worth a second try; not a refused
+    or unresolvable one (no API server there: fail at once)."""
+    reason = getattr(err, "reason", None)  # MaxRetryError wraps the last error
+    if isinstance(reason, BaseException) and reason is not err:
+        return _dropped(reason)
+    if isinstance(err, urllib3.exceptions.NewConnectionError | urllib3.exceptions.ConnectTimeoutError):
+        return False
+    return (isinstance(err, urllib3.exceptions.ProtocolError | ConnectionResetError | ConnectionAbortedError)
+            or type(err).__name__ == "RemoteDisconnected")
 
 
 class Forbidden(BadInput):
@@ -111,7 +159,7 @@ class InClusterTransport(Transport):
 
     auth_hint = "check the pod's service account"
 
-    def __init__(self, sa_dir: str = SA_DIR, retries: int = 1) -> None:
+    def __init__(self, sa_dir: str = SA_DIR, retries: Any = None) -> None:
         from thicket.transport import proxy_for
 
         host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT")
@@ -125,7 +173,8 @@ class InClusterTransport(Transport):
         except Unavailable:
             self.namespace = None
         ca = _sa_file(os.path.join(sa_dir, "ca.crt"))
-        tls: dict[str, Any] = {"cert_reqs": "CERT_REQUIRED", "ca_cert_data": ca, "retries": retries}
+        tls: dict[str, Any] = {"cert_reqs": "CERT_REQUIRED", "ca_cert_data": ca,
+                               "retries": _pool_retries() if retries is None else retries}
         proxy = proxy_for(self.host)
         self.pool = urllib3.ProxyManager(proxy, **tls) if proxy else urllib3.PoolManager(**tls)
 
@@ -151,6 +200,9 @@ class Kube:
         self.host = self.transport.host
         self.default_namespace = namespace
         self.timeout = timeout
+        self.sleep: Callable[[float], None] = time.sleep  # between retries (tests record instead)
+        self.retry_tries = RETRY_TRIES
+        self.retry_budget_s = RETRY_BUDGET_S
 
     # -- transport ---------------------------------------------------------------------------
     def request(
@@ -166,21 +218,51 @@ class Kube:
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
+        retrying = Retrying(
+            stop=stop_after_attempt(self.retry_tries) | stop_after_delay(self.retry_budget_s),
+            wait=self._wait, retry=retry_if_exception_type(_Transient), sleep=self.sleep, reraise=True,
+        )
         try:
-            response = self.transport.send(method, path, query or [], headers, body, timeout or self.timeout)
-        except (urllib3.exceptions.HTTPError, OSError) as err:
-            reason = getattr(err, "reason", None) or err
-            raise Unavailable(f"cannot reach the Kubernetes API at {self.host}: {_one_line(reason)}") from None
-        except Exception as err:  # ApiException(status=0) for TLS failures, and the like
-            if type(err).__name__ == "ApiException":
-                raise Unavailable(f"cannot reach the Kubernetes API at {self.host}: {_one_line(err.reason)}") from None
-            raise
+            response = retrying(self._send_once, method, path, query or [], headers, body, timeout or self.timeout)
+        except _Transient as last:
+            if last.response is None:
+                raise Unavailable(f"cannot reach the Kubernetes API at {self.host}: {last.error} "
+                                  f"(tried {retrying.statistics.get('attempt_number', 1)} times)") from None
+            response = last.response
         if 200 <= response.status < 300:
             if stream:
                 return response
             data = response.data
             return json.loads(data) if data else {}
         raise self._error(method, path, response.status, response.data)
+
+    def _send_once(self, method: str, path: str, query: list[tuple[str, str]], headers: dict[str, str], body: Any,
+                   timeout: Any) -> Any:
+        """One try: the response, or _Transient for one worth repeating."""
+        try:
+            response = self.transport.send(method, path, query, headers, body, timeout)
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            reason = getattr(err, "reason", None) or err
+            if _dropped(err):
+                raise _Transient(error=_one_line(reason)) from None
+            raise Unavailable(f"cannot reach the Kubernetes API at {self.host}: {_one_line(reason)}") from None
+        except Exception as err:  # ApiException(status=0) for TLS failures, and the like
+            if type(err).__name__ == "ApiException":
+                raise Unavailable(f"cannot reach the Kubernetes API at {self.host}: {_one_line(err.reason)}") from None
+            raise
+        if response.status in RETRY_STATUSES:
+            raise _Transient(response)
+        return response
+
+    @staticmethod
+    def _wait(state: RetryCallState) -> float:
+        """The server's Retry-After (capped), else 1, 2, 4, ... seconds."""
+        outcome = state.outcome
+        err = outcome.exception() if outcome is not None else None
+        after = err.retry_after() if isinstance(err, _Transient) else None
+        if after is not None:
+            return min(after, RETRY_AFTER_CAP_S)
+        return min(2.0 ** (state.attempt_number - 1), RETRY_AFTER_CAP_S)
 
     def _error(self, method: str, path: str, status: int, data: bytes) -> Exception:
         """The exception for an answer outside 2xx."""
@@ -192,7 +274,7 @@ class Kube:
         if status == 404:
             return NotFound(message)
         if status == 409:
-            return Conflict(message)
+            return Conflict(f"conflict (409) on {method} {path}: {message}")
         if status == 401:
             return BadInput(f"the Kubernetes API at {self.host} did not accept the credentials (401 Unauthorized): "
                             f"{self.transport.auth_hint}")
@@ -201,7 +283,8 @@ class Kube:
         if status in (400, 422):
             return BadInput(f"the API server rejected {method} {path}: {message}")
         if status >= 500 or status == 429:
-            return Unavailable(f"the Kubernetes API at {self.host} answered {status}: {message}")
+            tries = f" (after {self.retry_tries} tries)" if status in RETRY_STATUSES else ""
+            return Unavailable(f"the Kubernetes API at {self.host} answered {status}{tries}: {message}")
         return ThicketError(f"{method} {path}: HTTP {status}: {message}")
 
     # -- objects -----------------------------------------------------------------------------
@@ -219,10 +302,44 @@ class Kube:
         except NotFound:
             return None
 
-    def list(self, kind: str, namespace: str, selector: str, fields: str | None = None) -> list[Obj]:
-        """Objects matching a label selector (and a field selector, such as `type=Warning`)."""
-        query = [("labelSelector", selector)] + ([("fieldSelector", fields)] if fields else [])
-        return self.request("GET", self.path(kind, namespace), query=query).get("items") or []
+    def list(self, kind: str, namespace: str, selector: str, fields: str | None = None,
+             page_size: int = PAGE_SIZE) -> list[Obj]:
+        """Objects matching a label selector (and a field selector, such as `type=Warning`), read
+        page_size at a time (limit / continue)."""
+        return list(self.pages(self.path(kind, namespace), selector, fields, page_size))
+
+    def pages(self, path: str, selector: str = "", fields: str | None = None,
+              page_size: int = PAGE_SIZE) -> Iterator[Obj]:
+        """A list's items, one request per page_size of them (limit / continue)."""
+        base = ([("labelSelector", selector)] if selector else []) + ([("fieldSelector", fields)] if fields else [])
+        token: str | None = None
+        while True:
+            query = base + [("limit", str(page_size))] + ([("continue", token)] if token else [])
+            answer = self.request("GET", path, query=query)
+            yield from answer.get("items") or []
+            token = (answer.get("metadata") or {}).get("continue")
+            if not token:
+                return
+
+    def server_version(self) -> tuple[int, int, str]:
+        """The API server's (major, minor, gitVersion), from /version (what VersionApi.get_code reads)."""
+        info = self.request("GET", "/version")
+        major = "".join(ch for ch in str(info.get("major", "")) if ch.isdigit())
+        minor = "".join(ch for ch in str(info.get("minor", "")) if ch.isdigit())
+        git = str(info.get("gitVersion") or f"v{major}.{minor}")
+        if not (major and minor):  # some distributions leave major/minor empty: read gitVersion
+            parts = git.lstrip("v").split(".")
+            major, minor = (parts + ["0", "0"])[0], "".join(ch for ch in (parts + ["0", "0"])[1] if ch.isdigit())
+        return int(major or 0), int(minor or 0), git
+
+    def storage_class(self, name: str) -> Obj | None:
+        try:
+            return self.request("GET", f"/apis/storage.k8s.io/v1/storageclasses/{quote(name)}")
+        except NotFound:
+            return None
+
+    def storage_classes(self) -> list[Obj]:
+        return list(self.pages("/apis/storage.k8s.io/v1/storageclasses"))
 
     def create(self, obj: Obj) -> Obj:
         meta = obj["metadata"]
@@ -285,7 +402,7 @@ def _connect_kubeconfig(context: str | None) -> Kube:
         raise Unavailable(f"{NO_CLUSTER} ({detail})") from None
     except (OSError, TypeError, ValueError, KeyError) as err:
         raise Unavailable(f"{NO_CLUSTER} (kubeconfig unusable: {_one_line(err)})") from None
-    configuration.retries = 1
+    configuration.retries = _pool_retries()
     return Kube(client.ApiClient(configuration), namespace)
 
 

@@ -60,9 +60,14 @@ def render(spec: str, output: str) -> None:
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--replace", is_flag=True, help="Delete and recreate a Job whose pod template changed (committed tasks are kept).")
 @click.option("--resume", is_flag=True, help="Rerun a finished sweep: only indexes with uncommitted tasks do work.")
+@click.option("--canary", is_flag=True,
+              help="Run index 0 alone first; scale to cluster.parallelism only once it succeeded (else suspend, exit non-zero).")
+@click.option("--canary-timeout", type=click.FloatRange(min=1), default=3600, show_default=True,
+              help="Seconds the canary index may take.")
 @context_option
-def submit(spec: str, replace: bool, resume: bool, context: str | None) -> None:
-    """Create or update SPEC's objects on the cluster (idempotent); checks Secret and PVC first."""
+def submit(spec: str, replace: bool, resume: bool, canary: bool, canary_timeout: float, context: str | None) -> None:
+    """Create or update SPEC's objects on the cluster (idempotent). Checks first: Kubernetes 1.29+, the
+    namespace, every Secret key the pods read, the model-cache PVC and its StorageClass."""
     from thicket.k8s.client import connect
     from thicket.k8s.render import render as render_objects
     from thicket.k8s.submit import submit as submit_objects
@@ -70,7 +75,8 @@ def submit(spec: str, replace: bool, resume: bool, context: str | None) -> None:
     s = load_spec(spec)
     objects = render_objects(s)
     kube = connect(context)
-    submit_objects(kube, s, objects, replace=replace, resume=resume, echo=click.echo)
+    submit_objects(kube, s, objects, replace=replace, resume=resume, echo=click.echo, canary=canary,
+                   canary_timeout_s=canary_timeout)
     click.echo(f"sweep {s.name} submitted to namespace {s.cluster.namespace}: `thicket status {s.name} -n {s.cluster.namespace}`")
 
 
@@ -81,14 +87,17 @@ def submit(spec: str, replace: bool, resume: bool, context: str | None) -> None:
 @click.option("--watch", "-w", is_flag=True, help="Refresh until the rollout Job finishes (--format json: one object per refresh).")
 @click.option("--interval", type=float, default=10, show_default=True, help="Seconds between refreshes with --watch.")
 @click.option("--no-storage", is_flag=True, help="Do not read committed tasks from the sweep's storage.")
+@click.option("--all", "all_rows", is_flag=True,
+              help="A row for every index (default: the summary, then only failed, retrying or stuck indexes).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default=None,
               help="text (the default), or json: the summary and one entry per index, as one JSON object.")
 @click.option("-o", "--output", "old_format", type=click.Choice(["text", "json"]), default=None, hidden=True,
               help="The old spelling of --format.")
 def status(sweep: str, namespace: str | None, context: str | None, watch: bool, interval: float, no_storage: bool,
-           fmt: str | None, old_format: str | None) -> None:
-    """SWEEP's indexes, one line each with why it is where it is (from its pods and their Warning
-    Events), a summary, and committed tasks (from storage) with an ETA.
+           all_rows: bool, fmt: str | None, old_format: str | None) -> None:
+    """SWEEP's summary first (indexes, committed tasks from storage, progress and ETA), then the
+    indexes that failed, are retrying or are stuck, one line each with why (from their pods and
+    the Warning Events about them); --all: every index.
 
     SWEEP is a sweep name or its spec file."""
     import json
@@ -114,15 +123,19 @@ def status(sweep: str, namespace: str | None, context: str | None, watch: bool, 
         return
     console = Console(highlight=False)
     if not watch:
-        console.print(render_status(result), soft_wrap=True)
+        console.print(render_status(result, all_rows=all_rows), soft_wrap=True)
         return
     from rich.live import Live
 
-    with Live(render_status(result, crop=True), console=console, refresh_per_second=1) as live:
+    def view(result):  # the summary and ETA on top; rows as many as the terminal holds
+        limit = max(3, console.size.height - len(result.summary_lines()) - 4)
+        return render_status(result, crop=True, all_rows=all_rows, limit=limit)
+
+    with Live(view(result), console=console, refresh_per_second=1, vertical_overflow="crop") as live:
         while not result.finished:
             time.sleep(interval)
             result = sweep_status(kube, ns, name, storage=not no_storage)
-            live.update(render_status(result, crop=True))
+            live.update(view(result))
 
 
 @click.command(short_help="Logs of the latest pod of one index of a cluster sweep.")
@@ -171,18 +184,25 @@ def cancel(sweep: str, namespace: str | None, context: str | None) -> None:
 @click.option("--timeout", type=float, default=0, help="Give up (exit 3) after this many seconds; 0: never.")
 @click.option("--interval", type=float, default=10, show_default=True, help="Seconds between polls.")
 @click.option("--require-success", is_flag=True, help="Exit 1 when the Job failed (default: go on; aggregate what was committed).")
-def wait_job(job: str, namespace: str | None, context: str | None, timeout: float, interval: float, require_success: bool) -> None:
-    """Wait until Job JOB is Complete or Failed (the aggregation Job's init container)."""
+@click.option("--release", "release", metavar="JOB2", help="Then let Job JOB2, created suspended, run (the aggregation Job).")
+@click.option("--release-queue", metavar="QUEUE", help="With --release: add this Kueue queue label instead of unsuspending.")
+def wait_job(job: str, namespace: str | None, context: str | None, timeout: float, interval: float, require_success: bool,
+             release: str | None, release_queue: str | None) -> None:
+    """Wait until Job JOB is Complete or Failed (the aggregation's waiter), then release --release."""
     from thicket.k8s.client import connect, default_namespace
+    from thicket.k8s.status import release_job
     from thicket.k8s.status import wait_job as wait
 
     kube = connect(context)
-    state = wait(kube, default_namespace(kube, namespace), job, timeout, interval, echo=click.echo)
+    ns = default_namespace(kube, namespace)
+    state = wait(kube, ns, job, timeout, interval, echo=click.echo)
     if state == "Failed":
         if require_success:
             click.echo(f"job/{job} failed", err=True)
             sys.exit(1)
         click.echo(f"job/{job} failed: going on with the tasks it committed", err=True)
+    if release:
+        release_job(kube, ns, release, release_queue, echo=click.echo)
 
 
 @click.command(short_help="Run SPEC's rendered pods here with podman, on a local S3.")

@@ -3,6 +3,7 @@ and what they share (resources, security context, probes, env, S3 credentials fr
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,8 @@ from thicket.k8s.names import (
     serves_vllm,
 )
 from thicket.k8s.spec import EnvSidecar, Resources
-from thicket.k8s.vllm_memory import vllm_memory
+from thicket.k8s.values import parse_quantity
+from thicket.k8s.vllm_memory import parameters_b, vllm_memory
 from thicket.logs import FORMAT_VARIABLE as LOG_FORMAT_VARIABLE
 from thicket.spec import SweepSpec
 from thicket.vllm_server import COMMON_ARGS, LOGPROBS_ARGS, without_logprobs_mode
@@ -28,10 +30,27 @@ from thicket.vllm_server import COMMON_ARGS, LOGPROBS_ARGS, without_logprobs_mod
 Obj = dict[str, Any]
 
 
-def _resources(res: Resources, gpus: int = 0) -> Obj:
+LOG_ALLOWANCE = "1Gi"  # a container's logs, which count against its ephemeral-storage limit
+
+
+def _mib(quantity: str) -> str:
+    """A quantity as whole Mi (for sums of emptyDir sizes and the log allowance)."""
+    return f"{math.ceil(parse_quantity(quantity) / 2**20)}Mi"
+
+
+def ephemeral(*sizes: str) -> str:
+    """A container's ephemeral-storage: the emptyDirs it writes (their sizeLimits) and its logs."""
+    return _mib(str(sum(parse_quantity(size) for size in (*sizes, LOG_ALLOWANCE))))
+
+
+def _resources(res: Resources, gpus: int = 0, storage: str | None = None) -> Obj:
+    """The container's resources; `storage`: its ephemeral-storage request and limit (unless
+    cluster.resources sets them)."""
     out: Obj = {}
     limits = dict(res.limits)
     requests = dict(res.requests)
+    if storage is not None and "ephemeral-storage" not in limits and "ephemeral-storage" not in requests:
+        requests["ephemeral-storage"] = limits["ephemeral-storage"] = storage
     if gpus:
         limits["nvidia.com/gpu"] = str(gpus)
         requests["nvidia.com/gpu"] = str(gpus)
@@ -67,27 +86,47 @@ def _pod_security(spec: SweepSpec) -> Obj:
 # cannot reach: their probes run this in the container instead (exit 0 on a 2xx answer).
 PROBE_SCRIPT = "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[2]))"
 
+# The liveness probe with a startup probe's window built in: alive while this container (its
+# process 1, whose start /proc gives) is younger than WINDOW and has not answered yet; once it has
+# answered (a mark in DIR, named by that start, so a restarted container starts over), alive only
+# while it answers. Tight after the start, and after every restart, with no initialDelaySeconds.
+LIVENESS_SCRIPT = (
+    "import os, sys, urllib.request\n"
+    "url, timeout, window, folder = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]\n"
+    "ticks = os.sysconf('SC_CLK_TCK')\n"
+    "start = int(open('/proc/1/stat').read().rsplit(')', 1)[1].split()[19])\n"
+    "age = float(open('/proc/uptime').read().split()[0]) - start / ticks\n"
+    "mark = os.path.join(folder, '.thicket-answered-%d' % start)\n"
+    "try:\n"
+    "    urllib.request.urlopen(url, timeout=timeout)\n"
+    "except Exception:\n"
+    "    sys.exit(0 if age < window and not os.path.exists(mark) else 1)\n"
+    "open(mark, 'a').close()\n"
+)
 
-def _exec_probe(url: str, period: int, timeout: int, failures: int, initial_delay: int = 0) -> Obj:
-    probe: Obj = {
-        "exec": {"command": ["python3", "-c", PROBE_SCRIPT, url, str(timeout)]},
+
+def _exec_probe(command: list[str], period: int, timeout: int, failures: int) -> Obj:
+    return {
+        "exec": {"command": command},
         "periodSeconds": period,
         "timeoutSeconds": timeout + 1,
         "failureThreshold": failures,
     }
-    if initial_delay:
-        probe["initialDelaySeconds"] = initial_delay
-    return probe
 
 
 def _probes(spec: SweepSpec, url: str, startup_s: int) -> Obj:
-    """Readiness, and liveness once the start-up window is over. No startup probe: a native
-    sidecar's startup probe would hold the worker back, and with it the worker's deadline for the
-    sidecar's start (--wait-ready-timeout), so a server that never starts would hold the pod."""
+    """Readiness, and a liveness probe that waits out the start-up window only until the server
+    first answers (LIVENESS_SCRIPT). No startupProbe: a native sidecar's startup probe holds the
+    next containers, the worker included, back until it succeeds, and with them the worker's
+    deadline for the servers' start (--wait-ready-timeout): a server that never starts would be
+    restarted at each window's end until the pod's activeDeadlineSeconds, instead of failing the
+    pod after one window with the worker's reason (exit 3)."""
     p = spec.cluster.probes
+    ready = ["python3", "-c", PROBE_SCRIPT, url, str(p.timeout_s)]
+    alive = ["python3", "-c", LIVENESS_SCRIPT, url, str(p.timeout_s), str(startup_s), "/tmp"]
     return {
-        "readinessProbe": _exec_probe(url, p.period_s, p.timeout_s, p.readiness_failures),
-        "livenessProbe": _exec_probe(url, p.period_s, p.timeout_s, p.liveness_failures, initial_delay=startup_s),
+        "readinessProbe": _exec_probe(ready, p.period_s, p.timeout_s, p.readiness_failures),
+        "livenessProbe": _exec_probe(alive, p.period_s, p.timeout_s, p.liveness_failures),
     }
 
 
@@ -152,7 +191,7 @@ def _env_sidecar(spec: SweepSpec, sidecar: EnvSidecar) -> Obj:
                  *c.serve_env_args(sidecar)],
         "env": [_env("HOME", "/tmp"), _env("PYTHONUNBUFFERED", "1"), *_user_env(spec, "env")],
         **_probes(spec, f"http://{LOCALHOST}:{sidecar.port}/ready", c.probes.env_startup_s),
-        "resources": _resources(_env_resources(spec, sidecar)),
+        "resources": _resources(_env_resources(spec, sidecar), storage=ephemeral(c.ephemeral_storage.env)),
         "securityContext": _security(read_only=True),
         "volumeMounts": [{"name": f"tmp-{name}", "mountPath": "/tmp"}],
     }
@@ -234,8 +273,9 @@ def _vllm_container(spec: SweepSpec) -> Obj:
     ]
     if c.model_cache.prefetches(pod_model(spec)) and "HF_HUB_OFFLINE" not in c.env.vllm:
         env.append(_env("HF_HUB_OFFLINE", "1"))  # the prefetch Job filled the cache: no pod asks the hub
-    if c.hf_token_secret:
-        env.append(_secret_env("HF_TOKEN", c.hf_token_secret, "HF_TOKEN"))
+    if c.hf_token_secret and downloads_model(spec):
+        env.append(_secret_env("HF_TOKEN", c.hf_token_secret, "HF_TOKEN"))  # only where vLLM asks the hub
+    storage = [c.ephemeral_storage.vllm] + ([] if c.model_cache.claim else [model_cache_size(spec)])
     return {
         "name": VLLM,
         "image": c.images.vllm,
@@ -246,7 +286,7 @@ def _vllm_container(spec: SweepSpec) -> Obj:
         "env": env + _user_env(spec, "vllm"),
         # /health answers 200 once the model is loaded, with or without --api-key.
         **_probes(spec, f"http://{LOCALHOST}:{c.vllm_port}/health", c.probes.vllm_startup_s),
-        "resources": _resources(vllm_resources(spec), c.gpus),
+        "resources": _resources(vllm_resources(spec), c.gpus, storage=ephemeral(*storage)),
         "securityContext": _security(read_only=True),
         "volumeMounts": [
             {"name": "model-cache", "mountPath": c.model_cache.path},
@@ -254,6 +294,24 @@ def _vllm_container(spec: SweepSpec) -> Obj:
             {"name": "tmp-vllm", "mountPath": "/tmp"},
         ],
     }
+
+
+def downloads_model(spec: SweepSpec) -> bool:
+    """Whether the pod's vLLM fetches its model from the hub itself: a hub id that no prefetch Job
+    put into the cache (with a prefetch, vLLM runs with HF_HUB_OFFLINE=1; a path in the cache needs
+    no hub). Only then does it get HF_TOKEN."""
+    model = pod_model(spec)
+    return not model.startswith("/") and not spec.cluster.model_cache.prefetches(model)
+
+
+def model_cache_size(spec: SweepSpec) -> str:
+    """The per-pod model emptyDir's sizeLimit (model_cache.claim null): ephemeral_storage.model_cache,
+    else 3 bytes a parameter (bf16 weights and the hub's download copies) + 4Gi, else 100Gi."""
+    c = spec.cluster
+    if c.ephemeral_storage.model_cache:
+        return c.ephemeral_storage.model_cache
+    billions = parameters_b(pod_model(spec))
+    return "100Gi" if billions is None else f"{math.ceil(billions * 3 * 1e9 / 2**30) + 4}Gi"
 
 
 def wait_ready_timeout(spec: SweepSpec, sidecars: list[EnvSidecar]) -> int:
@@ -293,7 +351,7 @@ def _worker_container(spec: SweepSpec, sidecars: list[EnvSidecar]) -> Obj:
         # The last lines of a failed worker's log become the pod's termination message (thicket status).
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "ports": [{"name": METRICS_PORT_NAME, "containerPort": c.metrics_port, "protocol": "TCP"}],
-        "resources": _resources(c.resources.worker),
+        "resources": _resources(c.resources.worker, storage=ephemeral(c.ephemeral_storage.worker)),
         "securityContext": _security(read_only=True),
         "volumeMounts": [
             {"name": "spec", "mountPath": SPEC_DIR, "readOnly": True},

@@ -82,6 +82,7 @@ def names(sweep: str) -> dict[str, str]:
     return {
         "rollout": k8s_name(sweep, limit=MAX_JOB_NAME),
         "aggregate": k8s_name(sweep, "-aggregate", MAX_JOB_NAME),
+        "aggregate-wait": k8s_name(sweep, "-aggregate-wait", MAX_JOB_NAME),
         "prefetch": k8s_name(sweep, "-prefetch", MAX_JOB_NAME),
         "spec": k8s_name(sweep, "-spec"),
     }

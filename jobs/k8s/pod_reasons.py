@@ -39,6 +39,9 @@ WORKER_EXITS: dict[int, str] = {
 SIGNALS = {9: "killed (SIGKILL)", 15: "terminated (SIGTERM)"}
 OOM_KILLED = "OOMKilled"
 WAITING_WHILE_STARTING = {"ContainerCreating", "PodInitializing"}
+# Waiting reasons that do not pass by themselves: a canary stops at them (thicket submit --canary).
+FATAL_WAITING = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
+                           "CreateContainerError", "CrashLoopBackOff"})
 
 
 def exit_meaning(code: int, reason: str | None = None) -> str:
@@ -100,6 +103,7 @@ class IndexRow:
     attempts: int = 0  # the index's pods so far (retries with backoffLimitPerIndex make more)
     exit: WorkerExit | None = None  # the worker's last exit, in this pod or an earlier one
     pod: str | None = None
+    problem: bool = False  # failed, retrying, restarting or stuck: shown by `thicket status` without --all
 
     def line(self) -> str:
         parts = [self.reason + (f": {self.detail}" if self.detail else "")]
@@ -300,10 +304,23 @@ def index_row(index: int, completed: set[int], failed: set[int], pods: list[Obj]
     pod = current_pod(pods)
     state = index_state(index, completed, failed, pod)
     exit_ = last_exit(pods)
-    reason = index_reason(state, pod, warnings.get(pod_name(pod)) if pod else None, exit_, idle)
+    event = warnings.get(pod_name(pod)) if pod else None
+    reason = index_reason(state, pod, event, exit_, idle)
     return IndexRow(index=index, state=state, reason=reason.text, detail=reason.detail,
                     restarts=restarts(pod) if pod else 0, attempts=len(pods), exit=exit_,
-                    pod=pod_name(pod) if pod else None)
+                    pod=pod_name(pod) if pod else None, problem=is_problem(state, pods, pod, event))
+
+
+def is_problem(state: IndexState, pods: list[Obj], pod: Obj | None, event: Obj | None) -> bool:
+    """Failed, awaiting a retry, on a later attempt, restarting, or stuck (unschedulable, a container
+    that cannot start, a Warning event while Pending): not an index that is merely starting or running."""
+    if state is IndexState.FAILED:
+        return True
+    if state is IndexState.COMPLETED or pod is None:
+        return False
+    if state is IndexState.WAITING or len(pods) > 1 or restarts(pod):
+        return True
+    return bool(unschedulable(pod) or stuck_container(pod) or (phase(pod) == "Pending" and event is not None))
 
 
 def index_rows(completions: int, completed: set[int], failed: set[int], pods: list[Obj], events: list[Obj],

@@ -4,14 +4,16 @@
 
 - PersistentVolumeClaim `<model_cache.claim>` when `model_cache.size` asks thicket to create it;
 - ConfigMap `<sweep>-spec`: the validated spec as the pods see it (policy pointed at the pod's vLLM);
-- ServiceAccount, Role (get/list/watch Jobs in the namespace only) and RoleBinding for the
-  aggregation Job;
+- ServiceAccount, Role and RoleBinding for the aggregation's waiter: it may get the rollout Job and
+  get and patch the aggregation Job, by name, and nothing else;
 - Job `<sweep>-prefetch` (a hub model and a claim): downloads the model into the cache first;
 - Job `<sweep>`: Indexed, one completion per task range; each pod runs vLLM and the env
   server(s) as native sidecars and the worker as its one main container, so the pod completes
   when the worker exits;
-- Job `<sweep>-aggregate` (CPU only): waits for the rollout Job to finish, then runs
-  `thicket aggregate`.
+- Job `<sweep>-aggregate-wait` (10m CPU, 96Mi): waits for the rollout Job to
+  finish, then releases the aggregation Job (`thicket wait-job --release`);
+- Job `<sweep>-aggregate` (CPU only), created suspended, so it has no pod and reserves nothing
+  during the rollout: once released it runs `thicket aggregate`.
 
 The output is a pure function of the spec and the thicket version (golden-file friendly).
 """
@@ -34,8 +36,12 @@ from thicket.k8s.containers import (
     _user_env,
     _vllm_container,
     _worker_container,
+    ephemeral,
+    model_cache_size,
     s3_env,
+    wait_ready_timeout,
 )
+from thicket.k8s.deadlines import max_failed_indexes, rollout_pod_deadline
 from thicket.k8s.names import (
     MAX_COMPLETIONS,
     QUEUE_LABEL,
@@ -51,7 +57,7 @@ from thicket.k8s.names import (
     pod_spec_data,
     serves_vllm,
 )
-from thicket.k8s.network import network_objects
+from thicket.k8s.network import identity_annotations, network_objects
 from thicket.k8s.prefetch import cache_claim, prefetch_job
 from thicket.k8s.spec import Resources
 from thicket.spec import SweepSpec
@@ -63,20 +69,21 @@ def rollout_job(spec: SweepSpec, spec_hash: str) -> Obj:
     c = spec.cluster
     n = names(spec.name)
     completions = index_count(spec)
-    max_failed = None if c.max_failed_indexes is None else min(c.max_failed_indexes, completions)
+    max_failed = max_failed_indexes(spec)
     parallelism = min(c.parallelism, completions)
-    if completions > MAX_COMPLETIONS and (max_failed is None or max_failed > 10_000 or parallelism > 10_000):
+    if completions > MAX_COMPLETIONS and (max_failed > 10_000 or parallelism > 10_000):
         raise BadInput(
             f"tasks.per_index: {completions} pods is above the {MAX_COMPLETIONS} an Indexed Job allows unless "
             "cluster.max_failed_indexes and cluster.parallelism are <= 10000; raise tasks.per_index"
         )
     sidecars = c.sidecars(spec.tasks)
     init = [_env_sidecar(spec, s) for s in sidecars]
+    storage = c.ephemeral_storage
     volumes: list[Obj] = [
         {"name": "spec", "configMap": {"name": n["spec"]}},
-        {"name": "tmp", "emptyDir": {}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": storage.worker}},
     ]
-    volumes += [{"name": f"tmp-{ctr['name']}", "emptyDir": {}} for ctr in init]
+    volumes += [{"name": f"tmp-{ctr['name']}", "emptyDir": {"sizeLimit": storage.env}} for ctr in init]
     if serves_vllm(spec):
         if c.gpus == 0:
             raise BadInput("cluster.gpus: 0, but the pod serves its own vLLM (policy.kind vllm without a remote "
@@ -84,17 +91,21 @@ def rollout_job(spec: SweepSpec, spec_hash: str) -> Obj:
                            "served elsewhere")
         init.append(_vllm_container(spec))
         claim = c.model_cache.claim
-        cache = {"persistentVolumeClaim": {"claimName": claim}} if claim else {"emptyDir": {}}
+        cache = ({"persistentVolumeClaim": {"claimName": claim}} if claim
+                 else {"emptyDir": {"sizeLimit": model_cache_size(spec)}})
         volumes += [
             {"name": "model-cache", **cache},
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": c.shm_size}},
-            {"name": "tmp-vllm", "emptyDir": {}},
+            {"name": "tmp-vllm", "emptyDir": {"sizeLimit": storage.vllm}},
         ]
     pod = _common_pod(spec, c.node_selector, c.tolerations)
     if c.service_account:
         pod["serviceAccountName"] = c.service_account  # workload identity for S3
     pod["automountServiceAccountToken"] = False  # the rollout pods never talk to the API server
     pod["terminationGracePeriodSeconds"] = 60
+    # From the pod's start: a pod stuck before its worker runs (an image that cannot be pulled, a
+    # missing Secret key, a volume that does not mount) fails then (thicket.k8s.deadlines).
+    pod["activeDeadlineSeconds"] = rollout_pod_deadline(spec, wait_ready_timeout(spec, sidecars))
     if init:
         pod["initContainers"] = init
     pod["containers"] = [_worker_container(spec, sidecars)]
@@ -109,6 +120,8 @@ def rollout_job(spec: SweepSpec, spec_hash: str) -> Obj:
                 "prometheus.io/scrape": "true",
                 "prometheus.io/port": str(c.metrics_port),
                 "prometheus.io/path": "/metrics",
+                # EKS's identity webhook: the role's token for the worker only (thicket.k8s.network).
+                **identity_annotations(pod),
             },
         },
         "spec": pod,
@@ -118,12 +131,13 @@ def rollout_job(spec: SweepSpec, spec_hash: str) -> Obj:
         "completions": completions,
         "parallelism": parallelism,
         "backoffLimitPerIndex": c.backoff_limit_per_index,
+        "maxFailedIndexes": max_failed,  # a fault in every pod stops the sweep after a few indexes
     }
-    if max_failed is not None:
-        job_spec["maxFailedIndexes"] = max_failed
     job_spec["podFailurePolicy"] = {
         "rules": [
-            # Preemption, eviction, node drain: not the pod's fault, retry without counting it.
+            # Preemption, API eviction, node drain, node-pressure eviction: not the pod's fault, retry
+            # without counting it. A pod's own disk use past its ephemeral-storage limit or an emptyDir's
+            # sizeLimit is evicted as a limit violation, without this condition: it counts.
             {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
             # Bad input (exit 2): retrying this index cannot help.
             {"action": "FailIndex", "onExitCodes": {"containerName": WORKER, "operator": "In", "values": [int(ExitCode.BAD_INPUT)]}},
@@ -149,43 +163,84 @@ def rollout_job(spec: SweepSpec, spec_hash: str) -> Obj:
     }
 
 
+WAIT_RESOURCES = Resources(requests={"cpu": "10m", "memory": "96Mi"}, limits={"memory": "256Mi"})
+WAIT_TMP = "64Mi"
+RELEASES_TEMPLATE = "thicket.dev/releases-template-sha256"
+
+
+def cpu_node_affinity(avoid: list[str]) -> Obj:
+    """A required node affinity: only nodes that carry none of the `avoid` labels (GPU nodes)."""
+    terms = [{"matchExpressions": [{"key": key, "operator": "DoesNotExist"} for key in avoid]}]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
+def _cpu_pod(spec: SweepSpec) -> Obj:
+    agg = spec.cluster.aggregate
+    pod = _common_pod(spec, agg.node_selector, agg.tolerations)
+    if agg.avoid_node_labels:
+        pod["affinity"] = cpu_node_affinity(agg.avoid_node_labels)
+    return pod
+
+
 def aggregate_objects(spec: SweepSpec, spec_hash: str) -> list[Obj]:
-    """ServiceAccount + Role + RoleBinding (read Jobs in the namespace) + the aggregation Job."""
+    """The aggregation, as two Jobs, so that nothing sized for the work is reserved while the
+    rollout runs (a pod reserves the larger of its init containers' and its main containers'
+    requests for its whole life, so a small waiting container cannot share a pod with the work):
+
+    - `<sweep>-aggregate-wait`: a pod of 10m CPU and 96Mi that waits for the rollout Job (`thicket
+      wait-job`, retrying the API's 429s, 5xx and dropped connections) and then releases the
+      aggregation Job: `spec.suspend: false`, or with aggregate.queue the Kueue queue label, so
+      that Kueue admits it then. Its ServiceAccount may get the rollout Job and get and patch the
+      aggregation Job, by name, and nothing else. It has no deadline: the rollout's pods may wait
+      for GPUs without limit, which no deadline of the rollout counts.
+    - `<sweep>-aggregate`: created suspended (a suspended Job has no pods), it runs `thicket
+      aggregate` once released, with no API token, within aggregate.active_deadline_s.
+
+    Both run off GPU nodes (aggregate.avoid_node_labels) unless told otherwise."""
     c = spec.cluster
     n = names(spec.name)
-    name = n["aggregate"]
+    name, waiter = n["aggregate"], n["aggregate-wait"]
+    agg = c.aggregate
 
-    def meta() -> Obj:
-        return {"name": name, "namespace": c.namespace, "labels": labels(spec, "aggregate")}
+    def meta(component: str = "aggregate") -> Obj:
+        return {"name": name, "namespace": c.namespace, "labels": labels(spec, component)}
 
-    account_name = c.service_account or name  # workload identity for S3 needs the user's account
-    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta()}
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(),
+               "automountServiceAccountToken": False}  # only the waiter's pod mounts its token
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
         "metadata": meta(),
-        "rules": [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]}],
+        "rules": [
+            {"apiGroups": ["batch"], "resources": ["jobs"], "resourceNames": [n["rollout"]], "verbs": ["get"]},
+            {"apiGroups": ["batch"], "resources": ["jobs"], "resourceNames": [name], "verbs": ["get", "patch"]},
+        ],
     }
     binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
         "metadata": meta(),
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": account_name, "namespace": c.namespace}],
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": c.namespace}],
     }
-    agg = c.aggregate
-    small = Resources(requests={"cpu": "100m", "memory": "256Mi"}, limits={"memory": "512Mi"})
+    release = ["--release", name] + (["--release-queue", agg.queue] if agg.queue else [])
     wait = {
         "name": "wait-rollout",
         "image": c.images.worker,
         "imagePullPolicy": c.images.pull_policy,
         "command": ["thicket"],
-        "args": ["wait-job", n["rollout"], "--namespace", c.namespace],
+        "args": ["wait-job", n["rollout"], "--namespace", c.namespace, *release],
         "env": [_env("HOME", "/tmp"), _env("PYTHONUNBUFFERED", "1")],
-        "resources": _resources(small),
+        "resources": _resources(WAIT_RESOURCES, storage=ephemeral(WAIT_TMP)),
         "securityContext": _security(read_only=True),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
+    wait_pod = _cpu_pod(spec)
+    wait_pod["serviceAccountName"] = name
+    wait_pod["automountServiceAccountToken"] = True  # wait-job reads the rollout Job, patches the aggregation's
+    wait_pod["containers"] = [wait]
+    wait_pod["volumes"] = [{"name": "tmp", "emptyDir": {"sizeLimit": WAIT_TMP}}]
+
     main = {
         "name": "aggregate",
         "image": c.images.worker,
@@ -193,39 +248,53 @@ def aggregate_objects(spec: SweepSpec, spec_hash: str) -> list[Obj]:
         "command": ["thicket"],
         "args": ["aggregate", spec.sweep_uri],
         "env": [_env("HOME", "/tmp"), _env("PYTHONUNBUFFERED", "1"), *s3_env(spec), *_user_env(spec, "aggregate")],
-        "resources": _resources(c.resources.aggregate),
+        "resources": _resources(c.resources.aggregate, storage=ephemeral(c.ephemeral_storage.aggregate)),
         "securityContext": _security(read_only=True),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
-    pod = _common_pod(spec, agg.node_selector, agg.tolerations)
-    pod["serviceAccountName"] = account_name
-    pod["automountServiceAccountToken"] = True  # wait-job reads the rollout Job's status
-    pod["initContainers"] = [wait]
+    pod = _cpu_pod(spec)
+    if c.service_account:
+        pod["serviceAccountName"] = c.service_account  # workload identity for S3
+    pod["automountServiceAccountToken"] = False  # the work reads and writes S3, never the API server
+    pod["activeDeadlineSeconds"] = agg.active_deadline_s
     pod["containers"] = [main]
-    pod["volumes"] = [{"name": "tmp", "emptyDir": {}}]
-    job_labels = labels(spec, "aggregate")
-    if agg.queue:
-        job_labels[QUEUE_LABEL] = agg.queue
-    job_spec: Obj = {"backoffLimit": agg.backoff_limit}
-    if c.ttl_seconds_after_finished is not None:
-        job_spec["ttlSecondsAfterFinished"] = c.ttl_seconds_after_finished
-    job_spec["template"] = {
-        "metadata": {"labels": labels(spec, "aggregate"), "annotations": {"kubectl.kubernetes.io/default-container": "aggregate"}},
-        "spec": pod,
-    }
-    job = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": c.namespace,
-            "labels": job_labels,
-            "annotations": {SPEC_HASH: spec_hash, SWEEP_URI: spec.sweep_uri},
-        },
-        "spec": job_spec,
-    }
-    job["metadata"]["annotations"][TEMPLATE_HASH] = digest({"template": job_spec["template"]})
-    return [*([] if c.service_account else [account]), role, binding, job]
+    pod["volumes"] = [{"name": "tmp", "emptyDir": {"sizeLimit": c.ephemeral_storage.aggregate}}]
+
+    def job(job_name: str, component: str, template_spec: Obj, default_container: str, queued: bool,
+            annotations: Obj | None = None, **extra: Any) -> Obj:
+        job_labels = labels(spec, component)
+        if queued and agg.queue:
+            job_labels[QUEUE_LABEL] = agg.queue
+        job_spec: Obj = {"backoffLimit": agg.backoff_limit, **extra}
+        if c.ttl_seconds_after_finished is not None:
+            job_spec["ttlSecondsAfterFinished"] = c.ttl_seconds_after_finished
+        job_spec["template"] = {
+            "metadata": {"labels": labels(spec, component),
+                         "annotations": {"kubectl.kubernetes.io/default-container": default_container,
+                                         **(annotations or {})}},
+            "spec": template_spec,
+        }
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": job_name,
+                "namespace": c.namespace,
+                "labels": job_labels,
+                "annotations": {SPEC_HASH: spec_hash, SWEEP_URI: spec.sweep_uri,
+                                TEMPLATE_HASH: digest({"template": job_spec["template"]})},
+            },
+            "spec": job_spec,
+        }
+
+    # With a queue the waiter adds the queue label on release: Kueue would admit (unsuspend) a
+    # labelled Job at once.
+    aggregate_job = job(name, "aggregate", pod, "aggregate", queued=False, suspend=True)
+    # The waiter's template names the aggregation's: a new aggregation Job (`submit --replace`)
+    # comes with a new waiter to release it, even when the old waiter has finished.
+    releases = {RELEASES_TEMPLATE: aggregate_job["metadata"]["annotations"][TEMPLATE_HASH]}
+    wait_job = job(waiter, "aggregate-wait", wait_pod, "wait-rollout", queued=True, annotations=releases)
+    return [account, role, binding, wait_job, aggregate_job]
 
 
 def render(spec: SweepSpec, check: bool = True) -> list[Obj]:
@@ -247,15 +316,15 @@ def render(spec: SweepSpec, check: bool = True) -> list[Obj]:
     claim, prefetch = cache_claim(spec), prefetch_job(spec, spec_hash)
     objects = [*([claim] if claim else []), config, *network_objects(spec)]
     aggregate = aggregate_objects(spec, spec_hash) if spec.cluster.aggregate.enabled else []
-    objects += aggregate[:-1]
-    objects += [*([prefetch] if prefetch else []), rollout_job(spec, spec_hash), *aggregate[-1:]]
+    objects += aggregate[:-2]
+    objects += [*([prefetch] if prefetch else []), rollout_job(spec, spec_hash), *aggregate[-2:]]
     if check:
-        from thicket.k8s.rules import check_objects, policy_problems
+        from thicket.k8s.rules import check_objects, policy_problems, sweep_problems
 
         problems = check_objects(objects)
         if problems:
             raise ThicketError(f"rendered manifests break an API rule (a thicket bug): {problems[0]}")
-        problems = [problem for obj in objects for problem in policy_problems(obj)]
+        problems = [problem for obj in objects for problem in policy_problems(obj)] + sweep_problems(objects)
         if problems:
             raise ThicketError(f"rendered pods break thicket's pod policy (a thicket bug): {problems[0]}")
     return objects

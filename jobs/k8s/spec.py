@@ -207,12 +207,55 @@ NodeSelector = Annotated[dict[str, str], AfterValidator(_node_selector)]
 QueueName = Annotated[str | None, AfterValidator(_queue)]
 
 
+# Labels that GPU nodes carry (the GPU Operator's node feature discovery, GKE's accelerator pools,
+# EKS's accelerated node groups): the aggregation pods stay off nodes that carry any of them.
+GPU_NODE_LABELS = ("nvidia.com/gpu.present", "cloud.google.com/gke-accelerator", "k8s.amazonaws.com/accelerator")
+
+
+def _label_keys(value: list[str]) -> list[str]:
+    for key in value:
+        if not qualified_name(key):
+            raise ValueError(f"{key!r} is not a valid label key")
+    return value
+
+
 class AggregateSpec(ClusterModel):
-    enabled: bool = Field(True, description="render the aggregation Job")
+    enabled: bool = Field(True, description="render the aggregation Jobs")
     node_selector: NodeSelector = Field(default_factory=dict)
     tolerations: list[Toleration] = Field(default_factory=list)
-    queue: QueueName = Field(None, description="Kueue LocalQueue for the aggregation Job")
+    avoid_node_labels: Annotated[list[str], AfterValidator(_label_keys)] = Field(
+        default_factory=lambda: list(GPU_NODE_LABELS),
+        description="the aggregation pods avoid nodes carrying any of these labels (a required nodeAffinity, "
+        "DoesNotExist): GPU nodes by default; [] to turn it off",
+    )
+    queue: QueueName = Field(None, description="Kueue LocalQueue for the aggregation Jobs")
     backoff_limit: int = Field(2, ge=0, le=100)
+    active_deadline_s: int = Field(
+        6 * 3600, ge=60, description="each aggregation pod's deadline (activeDeadlineSeconds): it starts once "
+        "the rollout has finished, so this bounds the aggregation's own work only"
+    )
+
+
+class EphemeralStorage(ClusterModel):
+    """Local disk of each container: its /tmp emptyDir's sizeLimit, and (with LOG_ALLOWANCE for its
+    logs) its ephemeral-storage request and limit. A container past its limit is evicted by the kubelet
+    as a limit violation (which the Job counts), before it can fill the node's disk."""
+
+    worker: str = Field("2Gi", description="the worker's /tmp")
+    env: str = Field("2Gi", description="each env sidecar's /tmp")
+    vllm: str = Field("10Gi", description="vLLM's /tmp: torch.compile, Triton and CUDA-graph caches")
+    aggregate: str = Field("20Gi", description="the aggregation's /tmp")
+    model_cache: str | None = Field(
+        None, description="the per-pod model emptyDir when model_cache.claim is null (default: from the "
+        "model's size, 3 bytes a parameter + 4Gi, else 100Gi)"
+    )
+
+    @field_validator("worker", "env", "vllm", "aggregate", "model_cache")
+    @classmethod
+    def quantity(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_quantity(value)
+        return value
 
 
 JAVA_FAMILIES = frozenset({"scienceworld", "sciworld"})
@@ -242,7 +285,22 @@ class ClusterSpec(ClusterModel):
     queue: QueueName = Field(None, description="Kueue LocalQueue (label kueue.x-k8s.io/queue-name)")
     resources: ContainerResources = Field(default_factory=ContainerResources)
     backoff_limit_per_index: int = Field(3, ge=0, le=1000, description="retries of one index before it fails")
-    max_failed_indexes: int | None = Field(None, ge=0, description="the Job fails once more indexes than this fail")
+    max_failed_indexes: int | None = Field(
+        None, ge=0, description="the Job fails (no new pods) once more indexes than this fail; at most the "
+        "number of indexes (default: max_failed_share of them)"
+    )
+    max_failed_share: float = Field(
+        0.05, gt=0, le=1, description="default max_failed_indexes: this share of the indexes, at least 1"
+    )
+    start_allowance_s: int = Field(
+        900, ge=60, description="time a pod may take from its start to its worker's start (image pulls, volume "
+        "mounts, Secrets): part of the pod's activeDeadlineSeconds"
+    )
+    active_deadline_s: int | None = Field(
+        None, ge=60, description="the rollout pod's activeDeadlineSeconds (default: derived, see "
+        "thicket.k8s.deadlines); must exceed the worker's own deadlines"
+    )
+    ephemeral_storage: EphemeralStorage = Field(default_factory=EphemeralStorage)
     ttl_seconds_after_finished: int | None = Field(7 * 86400, ge=0, description="finished Jobs are deleted after this")
     probes: Probes = Field(default_factory=Probes)
     wait_ready_timeout_s: int | None = Field(
@@ -258,6 +316,11 @@ class ClusterSpec(ClusterModel):
     env: ContainerEnv = Field(default_factory=ContainerEnv, description="extra environment variables per container")
     network_policy: bool = Field(False, description="render a NetworkPolicy: only the metrics port is reachable")
     pod_monitor: bool = Field(False, description="render a Prometheus Operator PodMonitor for the metrics port")
+    pod_monitor_labels: dict[str, str] = Field(
+        default_factory=lambda: {"release": "kube-prometheus-stack"},
+        description="labels of the PodMonitor, which the Prometheus' podMonitorSelector must match "
+        "(kube-prometheus-stack selects release: <its release name> by default)",
+    )
     envs: list[EnvSidecar] | None = Field(
         None, description="env sidecars; null: one for tasks.env on port 8100 (none when tasks.env_server "
         "is in_process or remote); []: none"
@@ -292,6 +355,11 @@ class ClusterSpec(ClusterModel):
         if len(set(value)) != len(value):
             raise ValueError("names must be unique")
         return value
+
+    @field_validator("pod_monitor_labels")
+    @classmethod
+    def monitor_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        return _node_selector(value)
 
     @field_validator("shm_size")
     @classmethod

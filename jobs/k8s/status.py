@@ -14,14 +14,25 @@ from typing import Any
 
 from thicket.errors import BadInput, Unavailable
 from thicket.k8s.client import Forbidden, Kube, _one_line
-from thicket.k8s.names import COMPONENT_LABEL, SPEC_KEY, SWEEP_LABEL
-from thicket.k8s.pod_reasons import IndexRow, IndexState, index_rows, parse_time, pod_index
+from thicket.k8s.names import COMPONENT_LABEL, QUEUE_LABEL, SPEC_KEY, SWEEP_LABEL
+from thicket.k8s.pod_reasons import (
+    IndexRow,
+    IndexState,
+    current_pod,
+    index_rows,
+    parse_time,
+    phase,
+    pod_index,
+    pod_name,
+)
 from thicket.spec import SweepSpec
 
 Obj = dict[str, Any]
 
 
 WARNING_EVENTS = "involvedObject.kind=Pod,type=Warning"
+ROW_LIMIT = 20  # index rows `thicket status` prints without --all (problem indexes only)
+PER_POD_EVENTS = 10  # up to this many pods needing a reason: one Event query each; above, one paged list
 
 
 # -- status -------------------------------------------------------------------------------------
@@ -123,7 +134,7 @@ class SweepStatus:
             return None
         return elapsed * (1 - f) / f
 
-    def lines(self) -> list[str]:
+    def summary_lines(self) -> list[str]:
         counts = ", ".join(
             f"{len(v)} {k}" + (f" [{format_index_set(v)}]" if v and k != "waiting" else "")
             for k, v in self.indexes.items() if v
@@ -134,8 +145,6 @@ class SweepStatus:
         out = [
             f"sweep      {self.sweep} (namespace {self.namespace})",
             f"job        {self.job}: {self.state}{when}",
-            *([f"{'index':>5}  {'state':<9}  reason"] if self.rows else []),
-            *(row.line() for row in self.rows),
             f"indexes    {self.completions}: {counts or 'none started'}",
         ]
         if self.tasks_committed is not None:
@@ -147,6 +156,22 @@ class SweepStatus:
         if self.events_note:
             out.append(f"events     not read ({self.events_note})")
         return out
+
+    def row_lines(self, all_rows: bool = False, limit: int = ROW_LIMIT) -> list[str]:
+        """Every index's row (all_rows), else the problem indexes' (failed, retrying, stuck), at most `limit`."""
+        rows = self.rows if all_rows else [row for row in self.rows if row.problem]
+        shown = rows if all_rows else rows[:limit]
+        out = [f"{'index':>5}  {'state':<9}  reason"] if shown else []
+        out += [row.line() for row in shown]
+        if len(rows) > len(shown):
+            out.append(f"… {len(rows) - len(shown)} more problem indexes: `thicket status {self.sweep} --all` lists every index")
+        elif not all_rows and self.rows and not rows:
+            out.append("no index failed, retrying or stuck (--all lists every index)")
+        return out
+
+    def lines(self, all_rows: bool = False, limit: int = ROW_LIMIT) -> list[str]:
+        """The summary first, then the index rows (problem ones only unless all_rows)."""
+        return self.summary_lines() + self.row_lines(all_rows, limit)
 
     def as_json(self) -> Obj:
         """`thicket status -o json`: the summary and one entry per index."""
@@ -177,12 +202,34 @@ def sweep_jobs(kube: Kube, namespace: str, sweep: str) -> dict[str, Obj]:
     return found
 
 
-def warning_events(kube: Kube, namespace: str) -> tuple[list[Obj], str | None]:
-    """The namespace's Warning Events about pods, and why there are none when they cannot be read."""
+def warning_events(kube: Kube, namespace: str, pods: list[Obj] | None = None) -> tuple[list[Obj], str | None]:
+    """Warning Events about the sweep's pods that need one to say why they wait (the current pod of an
+    index that is not Running or done; every pod when `pods` is None), and why there are none when they
+    cannot be read. A few pods: one query each (fieldSelector involvedObject.name); more: the
+    namespace's Warning Events about pods, paged, kept only for those pods."""
     try:
-        return kube.list("Event", namespace, "", fields=WARNING_EVENTS), None
+        if pods is None:
+            return kube.list("Event", namespace, "", fields=WARNING_EVENTS), None
+        wanted = {pod_name(p) for p in pods if phase(p) not in ("Running", "Succeeded")}
+        if not wanted:
+            return [], None
+        if len(wanted) <= PER_POD_EVENTS:
+            events = [e for name in sorted(wanted)
+                      for e in kube.list("Event", namespace, "", fields=f"involvedObject.name={name},{WARNING_EVENTS}")]
+            return events, None
+        return [e for e in kube.list("Event", namespace, "", fields=WARNING_EVENTS)
+                if (e.get("involvedObject") or {}).get("name") in wanted], None
     except Forbidden as err:  # a Role from before thicket read Events: the pods still tell most
         return [], f"{_one_line(str(err))[:200]}; apply k8s/rbac.yaml"
+
+
+def current_pods(pods: list[Obj]) -> list[Obj]:
+    """Each index's current pod (thicket.k8s.pod_reasons.current_pod): the ones a reason is read for."""
+    by_index: dict[int, list[Obj]] = {}
+    for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or ""):
+        if (index := pod_index(pod)) is not None:
+            by_index.setdefault(index, []).append(pod)
+    return [p for group in by_index.values() if (p := current_pod(group)) is not None]
 
 
 def idle_reason(job: Obj) -> str:
@@ -224,8 +271,8 @@ def sweep_status(kube: Kube, namespace: str, sweep: str, storage: bool = True) -
     job = jobs["rollout"]
     spec_obj, status = job.get("spec") or {}, job.get("status") or {}
     completions = int(spec_obj.get("completions") or 0)
-    pods = kube.list("Pod", namespace, f"{SWEEP_LABEL}={sweep},{COMPONENT_LABEL}=rollout")
-    events, events_note = warning_events(kube, namespace)
+    pods = kube.list("Pod", namespace, f"{SWEEP_LABEL}={sweep},{COMPONENT_LABEL}=rollout")  # paged
+    events, events_note = warning_events(kube, namespace, current_pods(pods))
     rows = index_rows(completions, parse_index_set(status.get("completedIndexes")),
                       parse_index_set(status.get("failedIndexes")), pods, events, idle_reason(job))
     result = SweepStatus(
@@ -251,14 +298,15 @@ def sweep_status(kube: Kube, namespace: str, sweep: str, storage: bool = True) -
         agg = jobs["aggregate"]
         state = job_state(agg)
         result.aggregate = f"job {agg['metadata']['name']}: " + (
-            "waiting for the rollout" if state in ("Running", "Pending") and not finished(job) else state
+            "waiting for the rollout" if state in ("Running", "Pending", "Suspended") and not finished(job) else state
         )
     return result
 
 
-def render_status(status: SweepStatus, crop: bool = False) -> Any:
-    """The status lines plus a progress bar and ETA, as one rich renderable; crop: cut lines wider
-    than the terminal (--watch) instead of wrapping them."""
+def render_status(status: SweepStatus, crop: bool = False, all_rows: bool = False, limit: int = ROW_LIMIT) -> Any:
+    """The summary, a progress bar and ETA, then the index rows (problem ones, at most `limit`, unless
+    all_rows), as one rich renderable; crop: cut lines wider than the terminal (--watch) instead of
+    wrapping them."""
     from rich.console import Group
     from rich.progress_bar import ProgressBar
     from rich.table import Table
@@ -273,8 +321,11 @@ def render_status(status: SweepStatus, crop: bool = False) -> Any:
     eta = status.eta_s
     tail = f"{status.fraction:6.1%}" + (f"  ETA {format_duration(eta)}" if eta is not None else "")
     bar.add_row("progress", ProgressBar(total=max(total or 1, 1), completed=done or 0, width=40), tail)
-    lines = (Text(line, no_wrap=True, overflow="ellipsis") if crop else Text(line) for line in status.lines())
-    return Group(*lines, bar)
+
+    def text(line: str) -> Any:
+        return Text(line, no_wrap=True, overflow="ellipsis") if crop else Text(line)
+
+    return Group(*map(text, status.summary_lines()), bar, *map(text, status.row_lines(all_rows, limit)))
 
 
 # -- logs, cancel, wait ---------------------------------------------------------------------
@@ -283,23 +334,32 @@ def index_pod(kube: Kube, namespace: str, sweep: str, index: int) -> Obj:
     completions = int((job.get("spec") or {}).get("completions") or 0)
     if not 0 <= index < completions:
         raise BadInput(f"--index: {index} is outside 0-{completions - 1} for sweep {sweep!r}")
-    pods = [p for p in kube.list("Pod", namespace, f"{SWEEP_LABEL}={sweep},{COMPONENT_LABEL}=rollout") if pod_index(p) == index]
+    selector = f"{SWEEP_LABEL}={sweep},{COMPONENT_LABEL}=rollout,batch.kubernetes.io/job-completion-index={index}"
+    pods = [p for p in kube.list("Pod", namespace, selector) if pod_index(p) == index]
     if not pods:
         raise BadInput(f"--index: no pod for index {index} of sweep {sweep!r} yet (see `thicket status {sweep}`)")
     return max(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "")
 
 
+OUTAGE_S = 900.0  # how long wait-job keeps polling an API server that does not answer
+
+
 def wait_job(
     kube: Kube, namespace: str, name: str, timeout_s: float = 0, interval_s: float = 10,
     echo: Callable[[str], None] = print, sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Callable[[], float] = time.monotonic, check: Callable[[], None] | None = None,
+    outage_s: float = OUTAGE_S,
 ) -> str:
-    """Poll Job `name` until it is Complete or Failed; returns that state. timeout_s 0: no limit."""
+    """Poll Job `name` until it is Complete or Failed; returns that state. timeout_s 0: no limit.
+    check: called at each poll while the Job runs; raises to stop waiting (a claim that never binds).
+    An API server that stays unreachable, or answers 429 or 5xx, past the client's own retries is
+    polled again with a backoff for up to outage_s (an upgrade of the control plane, a throttled
+    burst) before the wait fails: a waiter that has waited hours should not die of one bad minute."""
     start = clock()
     last = None
     missing_since: float | None = None
     while True:
-        job = kube.get("Job", namespace, name)
+        job = patient(lambda: kube.get("Job", namespace, name), f"job/{name}", echo, sleep, outage_s)
         if job is None:
             missing_since = missing_since if missing_since is not None else clock()
             if clock() - missing_since > max(120.0, 3 * interval_s):
@@ -317,9 +377,37 @@ def wait_job(
         if line != last:
             echo(line)
             last = line
+        if check is not None:
+            check()
         if timeout_s and clock() - start >= timeout_s:
             raise Unavailable(f"job/{name} did not finish within {timeout_s:g} s")
         sleep(interval_s)
+
+
+def patient(call: Callable[[], Any], what: str, echo: Callable[[str], None] = print,
+            sleep: Callable[[float], None] = time.sleep, outage_s: float = OUTAGE_S) -> Any:
+    """call(), tried again on Unavailable (429, 5xx or a dropped connection, after the client's own
+    retries) with an exponential backoff of up to 60 s, for up to outage_s seconds in all; the
+    Retry-After of a 429 is honoured by the client (thicket.k8s.client) within each try."""
+    from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential, wait_random
+
+    def said(state: Any) -> None:
+        echo(f"{what}: the API server did not answer ({_one_line(str(state.outcome.exception()))[:160]}); "
+             f"trying again in {state.upcoming_sleep:.0f} s")
+
+    retrying = Retrying(retry=retry_if_exception_type(Unavailable), stop=stop_after_delay(outage_s),
+                        wait=wait_exponential(multiplier=2, max=60) + wait_random(0, 1), sleep=sleep, before_sleep=said, reraise=True)
+    return retrying(call)
+
+
+def release_job(kube: Kube, namespace: str, name: str, queue: str | None = None,
+                echo: Callable[[str], None] = print, sleep: Callable[[float], None] = time.sleep,
+                outage_s: float = OUTAGE_S) -> None:
+    """Let a Job created suspended run: `spec.suspend: false`; with a Kueue `queue`, add the queue
+    label instead (Kueue admits a labelled suspended Job and unsuspends it itself)."""
+    patch: Obj = {"metadata": {"labels": {QUEUE_LABEL: queue}}} if queue else {"spec": {"suspend": False}}
+    patient(lambda: kube.patch("Job", namespace, name, patch), f"job/{name}", echo, sleep, outage_s)
+    echo(f"job/{name}: released" + (f" to Kueue queue {queue}" if queue else ""))
 
 
 def stdout_write(chunk: bytes) -> None:

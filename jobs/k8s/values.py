@@ -67,6 +67,13 @@ def parse_quantity(value: str | int | float) -> Decimal:
 
 
 def image_reference(value: str, what: str) -> str:
+    """A pinned image: `name:tag`, or (what production should use: a tag can be moved, a digest
+    cannot) `name@sha256:<64 hex>` or `name:tag@sha256:<64 hex>`."""
+    if "@" in value:
+        digest = value.rsplit("@", 1)[1]
+        if not re.fullmatch(r"sha256:[a-f0-9]{64}", digest):
+            raise ValueError(f"{value!r}: a digest is sha256: and 64 lowercase hex digits (as `docker buildx "
+                             f"imagetools inspect` or `crane digest` print it), got {digest!r}")
     match = IMAGE_REF.match(value)
     if not match:
         raise ValueError(f"{value!r} is not an image reference like registry/name:tag")

@@ -77,7 +77,7 @@ def test_submit_is_idempotent_and_reports_what_it_did(fake):
     kube = connect()
     lines: list[str] = []
     first = submit(kube, spec, render(spec), echo=lines.append)
-    assert set(first.values()) == {"created"} and len(first) == 7  # with the prefetch Job
+    assert set(first.values()) == {"created"} and len(first) == 8  # with the prefetch Job and the aggregation's waiter
     assert lines[0] == "configmap/tc-spec created"
     assert set(submit(kube, spec, render(spec), echo=lines.append).values()) == {"unchanged"}
     wider = make_spec(cluster={"parallelism": 8})
@@ -124,7 +124,7 @@ def test_submit_cli_against_the_fake_cluster(fake, tmp_path, cli):
     assert code == 0, err
     assert "job/tc created" in out and "thicket status tc -n thicket" in out
     code, out, _ = cli("submit", str(spec))
-    assert code == 0 and out.count("unchanged") == 7  # ConfigMap, RBAC, prefetch, rollout and aggregation Jobs
+    assert code == 0 and out.count("unchanged") == 8  # ConfigMap, RBAC, prefetch, rollout, waiter and aggregation Jobs
 
 
 @pytest.mark.parametrize(
@@ -246,9 +246,9 @@ def test_cancel_deletes_the_sweeps_objects_and_its_pods(fake):
     submit(connect(), spec, render(spec), echo=lambda _: None)
     add_pod(fake, 0, "Running")
     lines: list[str] = []
-    # The three Jobs; the garbage collector takes what they own (thicket.k8s.owners).
-    assert cancel(connect(), "thicket", "tc", echo=lines.append) == 3
-    assert lines == ["job/tc deleted", "job/tc-aggregate deleted", "job/tc-prefetch deleted"]
+    # The four Jobs; the garbage collector takes what they own (thicket.k8s.owners).
+    assert cancel(connect(), "thicket", "tc", echo=lines.append) == 4
+    assert lines == ["job/tc deleted", "job/tc-aggregate deleted", "job/tc-aggregate-wait deleted", "job/tc-prefetch deleted"]
     assert not [k for k in fake.objects if k[0] in ("jobs", "pods", "configmaps", "roles")]
     assert ("secrets", "thicket", "thicket-s3") in fake.objects  # shared objects stay
     with pytest.raises(BadInput, match="nothing to cancel"):

@@ -121,7 +121,7 @@ def test_the_rendered_vllm_memory_follows_the_model_unless_the_spec_sets_it():
 
     assert vllm_resources()["requests"]["memory"] == vllm_resources()["limits"]["memory"] == "24Gi"
     cpus_only = vllm_resources(resources={"vllm": {"requests": {"cpu": "8"}}})
-    assert cpus_only["requests"] == {"cpu": "8", "memory": "24Gi", "nvidia.com/gpu": "1"}
+    assert cpus_only["requests"] == {"cpu": "8", "memory": "24Gi", "ephemeral-storage": "11264Mi", "nvidia.com/gpu": "1"}
     mine = vllm_resources(resources={"vllm": {"requests": {"cpu": "2", "memory": "40Gi"}, "limits": {"memory": "40Gi"}}})
     assert mine["limits"]["memory"] == "40Gi"
 
@@ -178,13 +178,13 @@ def test_resume_reruns_a_failed_prefetch_but_not_a_completed_one(fake, monkeypat
     monkeypatch.setattr("thicket.k8s.submit.PREFETCH_POLL_S", 0.05)
     spec = spec_with()
     submit(connect(), spec, render(spec), echo=lambda _: None)
-    for name in ("tc", "tc-aggregate"):
+    for name in ("tc", "tc-aggregate-wait", "tc-aggregate"):
         fake.get("jobs", "thicket", name)["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
     filled = fake.get("jobs", "thicket", "tc-prefetch")["metadata"]["uid"]
     done = submit(connect(), spec, render(spec), resume=True, echo=lambda _: None)
     assert done["job/tc-prefetch"] == "unchanged" and done["job/tc"] == "resumed"
     assert fake.get("jobs", "thicket", "tc-prefetch")["metadata"]["uid"] == filled
-    for name in ("tc", "tc-aggregate"):
+    for name in ("tc", "tc-aggregate-wait", "tc-aggregate"):
         fake.get("jobs", "thicket", name)["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
     fake.get("jobs", "thicket", "tc-prefetch")["status"] = {"conditions": [{"type": "Failed", "status": "True"}]}
     done = submit(connect(), spec, render(spec), resume=True, echo=lambda _: None)

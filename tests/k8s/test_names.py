@@ -26,8 +26,11 @@ def test_long_sweep_names_give_short_stable_job_names():
 def test_too_many_indexes_for_one_job_is_a_clear_error():
     data = copy.deepcopy(BASE)
     data["tasks"] = {"env": "textcraft", "start": 0, "stop": 200_000, "per_index": 1}
+    data["cluster"] = {"max_failed_indexes": 20_000}
     with pytest.raises(BadInput, match=r"^tasks.per_index: 200000 pods"):
         render(parse_spec(data))
+    # The default failure budget (5%) is capped at the 10,000 such a Job allows.
+    assert rollout(render(parse_spec({**data, "cluster": {}})))["spec"]["maxFailedIndexes"] == 10_000
     data["cluster"] = {"max_failed_indexes": 1000, "parallelism": 64}
     assert rollout(render(parse_spec(data)))["spec"]["completions"] == 200_000
 

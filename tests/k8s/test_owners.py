@@ -60,7 +60,7 @@ def test_recreating_the_jobs_keeps_the_objects_and_hands_them_to_the_new_jobs(su
     fake, spec = submitted
     before = {key: live(fake, *key)["metadata"]["uid"] for key in DEPENDENTS}
     if how == "resume":
-        finish(fake, "tc", "tc-aggregate")
+        finish(fake, "tc", "tc-aggregate-wait", "tc-aggregate")
         submit(connect(), spec, render(spec), resume=True, echo=lambda _: None)
     else:
         changed = parse_spec({**BASE, "search": {"algorithm": "mcts", "iterations": 4}})

@@ -82,8 +82,8 @@ def test_the_worker_bounds_the_start_of_every_server():
     args = by_name["worker"]["args"]
     assert args[args.index("--wait-ready-timeout") + 1] == "900"  # the slowest server's start-up window
     assert "http://127.0.0.1:8000/health" in args and "http://127.0.0.1:8100/ready" in args
-    assert by_name["vllm"]["livenessProbe"]["initialDelaySeconds"] == 900
-    assert by_name["env-textcraft"]["livenessProbe"]["initialDelaySeconds"] == 120
+    assert by_name["vllm"]["livenessProbe"]["exec"]["command"][5] == "900"  # its start-up window, in the script
+    assert by_name["env-textcraft"]["livenessProbe"]["exec"]["command"][5] == "120"
     assert by_name["worker"]["terminationMessagePolicy"] == "FallbackToLogsOnError"
     args = _pod(spec_with(wait_ready_timeout_s=42))["containers"][0]["args"]
     assert args[args.index("--wait-ready-timeout") + 1] == "42"
@@ -134,11 +134,12 @@ def test_a_service_account_gives_the_pods_workload_identity():
     assert pod["serviceAccountName"] == "thicket-s3-writer"
     assert pod["automountServiceAccountToken"] is False  # the identity webhooks mount their own token
     assert not any("secretKeyRef" in str(e) for e in containers(pod)["worker"]["env"])  # no static keys
-    assert by_kind(objects, "ServiceAccount") == []  # the user's account, not one of ours
+    # The waiter has an account of its own (Jobs only); the user's (S3 rights) does the aggregation.
     binding = by_kind(objects, "RoleBinding")[0]
-    assert binding["subjects"][0]["name"] == "thicket-s3-writer"
+    assert binding["subjects"][0]["name"] == "tc-aggregate" == by_kind(objects, "ServiceAccount")[0]["metadata"]["name"]
     aggregate = by_kind(objects, "Job", "aggregate")[0]["spec"]["template"]["spec"]
     assert aggregate["serviceAccountName"] == "thicket-s3-writer"
+    assert aggregate["automountServiceAccountToken"] is False
 
 
 def test_a_scienceworld_sidecar_is_sized_from_its_instances():
@@ -166,7 +167,7 @@ def test_an_optional_network_policy_and_pod_monitor_select_the_rollout_pods(fake
     pod_labels = rollout(objects)["spec"]["template"]["metadata"]["labels"]
     for selector in (policy["spec"]["podSelector"], monitor["spec"]["selector"]):
         assert selector["matchLabels"].items() <= pod_labels.items()
-    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]  # egress: all but the metadata addresses (test_network.py)
     assert policy["spec"]["ingress"] == [{"ports": [{"protocol": "TCP", "port": 9090}]}]  # metrics only
     assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
     kubernetes_validate.validate(policy, "1.37.0", strict=True)

@@ -83,20 +83,20 @@ def test_render_cli_prints_the_golden_yaml_and_writes_one_file_per_object(tmp_pa
     assert files == ["00-configmap-textcraft-mcts-spec.yaml", "01-serviceaccount-textcraft-mcts-aggregate.yaml",
                      "02-role-textcraft-mcts-aggregate.yaml", "03-rolebinding-textcraft-mcts-aggregate.yaml",
                      "04-job-textcraft-mcts-prefetch.yaml", "05-job-textcraft-mcts.yaml",
-                     "06-job-textcraft-mcts-aggregate.yaml"]
+                     "06-job-textcraft-mcts-aggregate-wait.yaml", "07-job-textcraft-mcts-aggregate.yaml"]
     code, _, err = cli("render", str(tmp_path / "missing.yaml"))
     assert code == 2 and err.count("\n") == 1 and "cannot read the spec" in err
 
 
 # -- the rollout Job -----------------------------------------------------------------------------
 def test_rollout_job_is_indexed_with_per_index_retries_and_a_failure_policy():
-    spec = spec_with(parallelism=4, backoff_limit_per_index=2, max_failed_indexes=100, ttl_seconds_after_finished=600)
+    spec = spec_with(parallelism=4, backoff_limit_per_index=2, max_failed_indexes=3, ttl_seconds_after_finished=600)
     job = rollout(render(spec))
     s = job["spec"]
     assert s["completionMode"] == "Indexed"
     assert s["completions"] == len(spec.tasks.index_ranges()) == 10
     assert s["parallelism"] == 4 and s["backoffLimitPerIndex"] == 2
-    assert s["maxFailedIndexes"] == 10  # at most every index
+    assert s["maxFailedIndexes"] == 3
     assert s["ttlSecondsAfterFinished"] == 600
     assert s["template"]["spec"]["restartPolicy"] == "Never"
     rules = s["podFailurePolicy"]["rules"]
@@ -112,14 +112,15 @@ def test_pod_runs_vllm_and_env_as_native_sidecars_and_the_worker_as_main_contain
     assert [c["name"] for c in pod["containers"]] == ["worker"]
     for sidecar in pod["initContainers"]:
         assert sidecar["restartPolicy"] == "Always"
-        assert sidecar["livenessProbe"]["exec"] == sidecar["readinessProbe"]["exec"]
+        live, ready = sidecar["livenessProbe"]["exec"]["command"], sidecar["readinessProbe"]["exec"]["command"]
+        assert live[3:5] == ready[3:5] and "initialDelaySeconds" not in sidecar["livenessProbe"]
     env = pod["initContainers"][0]
     assert env["args"][:2] == ["serve-env", "textcraft"] and "--port" in env["args"]
     assert env["readinessProbe"]["exec"]["command"][-2] == "http://127.0.0.1:8100/ready"
     vllm = pod["initContainers"][1]
     assert re.fullmatch(r"vllm/vllm-openai:v[\d.]+", vllm["image"])
     assert vllm["readinessProbe"]["exec"]["command"][-2] == "http://127.0.0.1:8000/health"
-    assert vllm["livenessProbe"]["initialDelaySeconds"] >= 1800  # loading a large model takes a while
+    assert vllm["livenessProbe"]["exec"]["command"][5] == "1800"  # loading a large model takes a while
     args = vllm["args"]
     assert "--enable-prefix-caching" in args
     assert args[args.index("--model") + 1] == "meta-llama/Llama-3.1-8B-Instruct"
@@ -173,17 +174,25 @@ def test_the_configmap_holds_the_validated_spec_pointed_at_the_pods_vllm():
 def test_aggregation_job_waits_for_the_rollout_with_a_read_only_job_role():
     objects = render(spec_with())
     job = by_kind(objects, "Job", "aggregate")[0]
+    assert job["spec"]["suspend"] is True  # no pod, nothing reserved, until the waiter releases it
     pod = job["spec"]["template"]["spec"]
-    wait = pod["initContainers"][0]
-    assert wait["args"] == ["wait-job", "tc", "--namespace", "thicket"] and "restartPolicy" not in wait
+    assert "initContainers" not in pod and pod["automountServiceAccountToken"] is False
     assert pod["containers"][0]["args"] == ["aggregate", "s3://datasets/rollouts/tc"]
     assert not any("nvidia.com/gpu" in str(c.get("resources")) for c in containers(pod).values())
+    waiter = by_kind(objects, "Job", "aggregate-wait")[0]
+    wait_pod = waiter["spec"]["template"]["spec"]
+    wait = wait_pod["containers"][0]
+    assert wait["args"] == ["wait-job", "tc", "--namespace", "thicket", "--release", "tc-aggregate"]
+    assert wait_pod["automountServiceAccountToken"] is True
     role = by_kind(objects, "Role")[0]
-    assert role["rules"] == [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]}]
+    assert role["rules"] == [
+        {"apiGroups": ["batch"], "resources": ["jobs"], "resourceNames": ["tc"], "verbs": ["get"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "resourceNames": ["tc-aggregate"], "verbs": ["get", "patch"]},
+    ]
     binding = by_kind(objects, "RoleBinding")[0]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": "thicket"}]
-    assert by_kind(objects, "ServiceAccount")[0]["metadata"]["name"] == pod["serviceAccountName"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": wait_pod["serviceAccountName"], "namespace": "thicket"}]
+    assert by_kind(objects, "ServiceAccount")[0]["metadata"]["name"] == wait_pod["serviceAccountName"]
     assert rollout(objects)["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
 
 
@@ -213,10 +222,16 @@ def test_cluster_options_reach_the_pods():
     assert vllm["resources"]["limits"]["nvidia.com/gpu"] == "2"
     assert vllm["args"][vllm["args"].index("--tensor-parallel-size") + 1] == "2"
     assert vllm["args"][-2:] == ["--max-model-len", "16384"]
-    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}}} in vllm["env"]
-    assert job["spec"]["maxFailedIndexes"] == 10 and job["spec"]["ttlSecondsAfterFinished"] == 3600
+    token = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}}}
+    assert token not in vllm["env"]  # it runs offline on the prefetched cache
+    assert token in containers(by_kind(objects, "Job", "prefetch")[0]["spec"]["template"]["spec"])["prefetch"]["env"]
+    assert job["spec"]["maxFailedIndexes"] == 2 and job["spec"]["ttlSecondsAfterFinished"] == 3600
     agg = by_kind(objects, "Job", "aggregate")[0]
-    assert agg["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "cpu-queue"
+    # Kueue would admit a labelled suspended Job at once: the waiter adds the label on release.
+    assert "kueue.x-k8s.io/queue-name" not in agg["metadata"]["labels"]
+    waiter = by_kind(objects, "Job", "aggregate-wait")[0]
+    assert waiter["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "cpu-queue"
+    assert waiter["spec"]["template"]["spec"]["containers"][0]["args"][-2:] == ["--release-queue", "cpu-queue"]
     assert agg["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "cpu"}
 
 
@@ -256,7 +271,8 @@ def test_policies_without_a_local_vllm_get_no_gpu_and_no_vllm_container():
     assert [o["kind"] for o in variant] == ["ConfigMap", "Job"]
     pod = rollout(variant)["spec"]["template"]["spec"]
     assert [c["name"] for c in pod["initContainers"]] == ["vllm"]
-    assert next(v for v in pod["volumes"] if v["name"] == "model-cache") == {"name": "model-cache", "emptyDir": {}}
+    # 8B parameters x 3 bytes + 4Gi: the pod downloads the model itself, into a bounded emptyDir
+    assert next(v for v in pod["volumes"] if v["name"] == "model-cache") == {"name": "model-cache", "emptyDir": {"sizeLimit": "27Gi"}}
     assert "AWS_ACCESS_KEY_ID" not in str(pod)
 
 

@@ -41,6 +41,7 @@ def test_resume_recreates_the_finished_jobs_and_refuses_a_running_one(kube):
     with pytest.raises(BadInput, match=r"^job/tc is still running: --resume reruns a finished sweep"):
         submit(client, spec, render(spec), resume=True, echo=lambda _: None)
     _finish(fake, "tc", "Failed")
+    _finish(fake, "tc-aggregate-wait", "Complete")
     _finish(fake, "tc-aggregate", "Complete")
     lines: list[str] = []
     done = submit(client, spec, render(spec), resume=True, echo=lines.append)

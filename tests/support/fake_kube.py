@@ -1,8 +1,9 @@
 """A tiny in-memory stand-in for the Kubernetes API server (no real one can run here).
 
 It speaks the REST paths thicket's controller uses (namespaced CRUD for ConfigMaps, Secrets,
-ServiceAccounts, PVCs, Pods, Events, Roles, RoleBindings and Jobs; label and field selectors; JSON
-merge patch; pod logs; owner references collected at once) with the status codes of the real server (404, 409, 403, 422 for a changed Job
+ServiceAccounts, PVCs, Pods, Events, Roles, RoleBindings and Jobs; label and field selectors; paged
+lists (limit / continue); JSON merge patch; pod logs; owner references collected at once; /version;
+StorageClasses; scripted failures: 429 with Retry-After, 5xx, dropped connections) with the status codes of the real server (404, 409, 403, 422 for a changed Job
 template), so the controller's real client code runs end to end against it. Not a validator:
 schema and semantic checks live in the manifest tests.
 """
@@ -74,6 +75,16 @@ class FakeKube:
         self.job_ends: dict[str, str] = {}
         self.version = 0
         self.lock = threading.Lock()
+        self.server_version = {"major": "1", "minor": "33", "gitVersion": "v1.33.1"}  # GET /version
+        self.storage_classes: dict[str, dict] = {  # GKE's: a default class, and Filestore's for ReadWriteMany
+            "standard": {"metadata": {"name": "standard", "annotations": {
+                "storageclass.kubernetes.io/is-default-class": "true"}}, "provisioner": "pd.csi.storage.gke.io"},
+            "standard-rwx": {"metadata": {"name": "standard-rwx"}, "provisioner": "filestore.csi.storage.gke.io"},
+        }
+        # Scripted answers, taken before the real one, by (method, plural): [(status, headers), ...];
+        # status None drops the connection without an answer.
+        self.failures: dict[tuple[str, str], list[tuple[int | None, dict[str, str]]]] = {}
+        self.list_limits: list[tuple[str, int | None]] = []  # (plural, limit) of each list request
 
     def put(self, plural: str, obj: dict) -> dict:
         meta = obj.setdefault("metadata", {})
@@ -104,6 +115,18 @@ class FakeKube:
         query = parse_qs(parsed.query)
         with self.lock:
             self.requests.append((method, parsed.path))
+            if parsed.path == "/version":
+                return 200, dict(self.server_version)
+            if parsed.path.startswith("/apis/storage.k8s.io/v1/storageclasses"):
+                if ("GET", "storageclasses") in self.forbidden:
+                    return 403, status(403, 'storageclasses.storage.k8s.io is forbidden: User "test" cannot get '
+                                            'resource "storageclasses" at the cluster scope')
+                name = parsed.path.removeprefix("/apis/storage.k8s.io/v1/storageclasses").strip("/")
+                if not name:
+                    return 200, {"kind": "List", "items": [copy.deepcopy(o) for _, o in sorted(self.storage_classes.items())]}
+                if name in self.storage_classes:
+                    return 200, copy.deepcopy(self.storage_classes[name])
+                return 404, status(404, f'storageclasses.storage.k8s.io "{name}" not found')
             if parsed.path.startswith("/api/v1/namespaces/") and parsed.path.count("/") == 4:
                 ns = parsed.path.rsplit("/", 1)[1]
                 if ("GET", "namespaces") in self.forbidden:
@@ -115,6 +138,11 @@ class FakeKube:
             if not match:
                 return 404, status(404, f"no route {parsed.path}")
             ns, plural, name, sub = match["ns"], match["plural"], match["name"], match["sub"]
+            if self.failures.get((method, plural)):
+                code, headers = self.failures[(method, plural)].pop(0)
+                if code is None:
+                    return DROP, None
+                return code, status(code, "scripted failure"), headers
             if (method, plural) in self.forbidden:
                 return 403, status(403, f'{plural} is forbidden: User "test" cannot {method.lower()} resource "{plural}" in the namespace "{ns}"')
             if sub == "log":
@@ -127,7 +155,14 @@ class FakeKube:
                 items = [copy.deepcopy(o) for (p, n, _), o in sorted(self.objects.items())
                          if p == plural and n == ns and selects(selector, o["metadata"].get("labels") or {})
                          and selects_fields(fields, o)]
-                return 200, {"kind": "List", "items": items}
+                limit = int(query["limit"][0]) if query.get("limit") else None
+                self.list_limits.append((plural, limit))
+                start = int(query.get("continue", ["0"])[0])
+                if not limit:
+                    return 200, {"kind": "List", "metadata": {}, "items": items[start:]}
+                more = start + limit < len(items)
+                return 200, {"kind": "List", "metadata": {"continue": str(start + limit)} if more else {},
+                             "items": items[start:start + limit]}
             if name is None and method == "POST":
                 if ns not in self.namespaces:
                     return 404, status(404, f'namespaces "{ns}" not found')
@@ -170,6 +205,9 @@ class FakeKube:
         return 405, status(405, "method not allowed")
 
 
+DROP = -1  # handle()'s code for "close the connection without an answer"
+
+
 def status(code: int, message: str) -> dict:
     return {"kind": "Status", "apiVersion": "v1", "status": "Failure" if code >= 400 else "Success",
             "message": message, "code": code}
@@ -181,8 +219,19 @@ def serve(fake: FakeKube) -> Iterator[str]:
         def _do(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length)) if length else None
-            code, payload = fake.handle(self.command, self.path, body)
-            if isinstance(payload, str):
+            code, payload, *extra = fake.handle(self.command, self.path, body)
+            if code == DROP:
+                self.close_connection = True
+                self.connection.shutdown(2)  # the client sees the connection dropped, no answer
+                return
+            if extra and extra[0]:
+                data = json.dumps(payload).encode()
+                self.send_response(code)
+                for key, value in {"Content-Type": "application/json", "Content-Length": str(len(data)), **extra[0]}.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(data)
+            elif isinstance(payload, str):
                 self.answer(code, payload.encode(), "text/plain")
             else:
                 self.answer(code, json.dumps(payload).encode())

@@ -75,7 +75,7 @@ def variant_specs():
             tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
                          {"key": "spot", "operator": "Equal", "value": "true", "effect": "NoExecute", "tolerationSeconds": 60}],
             priority_class_name="batch-low", queue="gpu-queue", image_pull_secrets=["regcred"],
-            hf_token_secret="hf-token", max_failed_indexes=50, ttl_seconds_after_finished=3600,
+            hf_token_secret="hf-token", max_failed_indexes=2, ttl_seconds_after_finished=3600,
             envs=[{"family": "textcraft", "port": 8100}, {"family": "frozenlake", "port": 8101, "args": ["--max-instances", "64"]}],
             aggregate={"node_selector": {"pool": "cpu"}, "queue": "cpu-queue"},
             model_cache={"size": "500Gi", "storage_class": "efs-sc"},

@@ -15,7 +15,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from thicket.k8s.rules.pods import _pod_spec, _quantity
-from thicket.k8s.rules.policy import exposure_problems, policy_problems, security_problems, startup_problems
+from thicket.k8s.rules.policy import (
+    bounded_problems,
+    exposure_problems,
+    placement_problems,
+    policy_problems,
+    rbac_problems,
+    security_problems,
+    startup_problems,
+    sweep_problems,
+)
 from thicket.k8s.rules.report import (
     COMPLETIONS_SOFT_LIMIT,
     CONFIG_KEY,
@@ -243,5 +252,5 @@ def _pvc(report: _Report, obj: Obj) -> None:
         _quantity(report, "spec.resources.requests.storage", storage)
 
 
-__all__ = ["check_object", "check_objects", "exposure_problems", "policy_problems", "security_problems",
-           "startup_problems"]
+__all__ = ["bounded_problems", "check_object", "check_objects", "exposure_problems", "placement_problems",
+           "policy_problems", "rbac_problems", "security_problems", "startup_problems", "sweep_problems"]
