@@ -49,7 +49,7 @@ endef
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	test -x $(UV) || $(BIN)/python -m pip install -q uv
+	test -x $(UV) || $(BIN)/python -m pip install -qq uv  # -qq: errors only (no index-location warnings)
 	# fast-downward-textworld (ALFWorld's planner) builds from source by running `python build.py` from
 	# PATH: the venv's python first, not a pyenv shim (its isolated build fails there).
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(call uv_install,$(BIN)/python,-e $(DEV_EXTRAS))
