@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from thicket.k8s.containers import _common_pod, _env, _resources, _secret_env, _security, _user_env, pod_model
+from thicket.k8s.containers import (
+    _common_pod,
+    _env,
+    _resources,
+    _secret_env,
+    _security,
+    _user_env,
+    ephemeral,
+    pod_model,
+)
 from thicket.k8s.names import APP, COMPONENT_LABEL, SPEC_HASH, TEMPLATE_HASH, digest, labels, names, serves_vllm
 from thicket.k8s.spec import Resources
 from thicket.spec import SweepSpec
@@ -22,6 +31,7 @@ PREFETCH = "prefetch"  # the component label and the container's name
 SKIPPED_FILES = ("original/*",)
 DOWNLOAD_BLOCKERS = frozenset({"HF_HUB_OFFLINE", "HF_HUB_DISABLE_UPDATE_CHECK", "HF_HUB_DISABLE_TELEMETRY"})
 PREFETCH_RESOURCES = Resources(requests={"cpu": "1", "memory": "1Gi"}, limits={"memory": "4Gi"})
+PREFETCH_TMP = "1Gi"  # its /tmp: the download itself goes to the claim
 
 
 def cache_claim(spec: SweepSpec) -> Obj | None:
@@ -68,7 +78,7 @@ def prefetch_job(spec: SweepSpec, spec_hash: str) -> Obj | None:
         "command": ["hf"],
         "args": ["download", pod_model(spec), *(arg for pattern in SKIPPED_FILES for arg in ("--exclude", pattern))],
         "env": env,
-        "resources": _resources(PREFETCH_RESOURCES),
+        "resources": _resources(PREFETCH_RESOURCES, storage=ephemeral(PREFETCH_TMP)),
         "securityContext": _security(read_only=True),
         "volumeMounts": [{"name": "model-cache", "mountPath": cache.path}, {"name": "tmp", "mountPath": "/tmp"}],
     }
@@ -77,7 +87,7 @@ def prefetch_job(spec: SweepSpec, spec_hash: str) -> Obj | None:
     pod["containers"] = [container]
     pod["volumes"] = [
         {"name": "model-cache", "persistentVolumeClaim": {"claimName": cache.claim}},
-        {"name": "tmp", "emptyDir": {}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": PREFETCH_TMP}},
     ]
     template = {"metadata": {"labels": labels(spec, PREFETCH)}, "spec": pod}
     job_spec: Obj = {"backoffLimit": 3, "activeDeadlineSeconds": cache.prefetch_timeout_s}

@@ -106,7 +106,6 @@ def startup_problems(obj: Obj) -> list[str]:
 
 # -- bounded cost: deadlines, failure budgets, local disk, tokens, RBAC, placement ------------------
 WAITER = "aggregate-wait"  # the aggregation's waiter: no deadline (the rollout may wait for GPUs unboundedly)
-UNSIZED_COMPONENTS = ("prefetch",)  # rendered by thicket.k8s.prefetch, outside these rules' scope for now
 SIDECAR_LIVENESS_MAX_S = 600  # a sidecar that stops answering after its start is restarted within this
 
 
@@ -139,16 +138,15 @@ def bounded_problems(obj: Obj) -> list[str]:
                         "resources forever")
     if spec.get("backoffLimitPerIndex") is not None and spec.get("maxFailedIndexes") is None:
         problems.append(f"{where}: backoffLimitPerIndex without maxFailedIndexes: a fault in every pod runs every index")
-    if component not in UNSIZED_COMPONENTS:
-        for volume in pod.get("volumes") or []:
-            empty = volume.get("emptyDir")
-            if empty is not None and "sizeLimit" not in empty:
-                problems.append(f"{where}: emptyDir {volume['name']} has no sizeLimit")
-        for container in _containers(pod):
-            res = container.get("resources") or {}
-            for section in ("requests", "limits"):
-                if "ephemeral-storage" not in (res.get(section) or {}):
-                    problems.append(f"{where}: {container['name']}: no ephemeral-storage in {section}")
+    for volume in pod.get("volumes") or []:
+        empty = volume.get("emptyDir")
+        if empty is not None and "sizeLimit" not in empty:
+            problems.append(f"{where}: emptyDir {volume['name']} has no sizeLimit")
+    for container in _containers(pod):
+        res = container.get("resources") or {}
+        for section in ("requests", "limits"):
+            if "ephemeral-storage" not in (res.get(section) or {}):
+                problems.append(f"{where}: {container['name']}: no ephemeral-storage in {section}")
     if pod.get("automountServiceAccountToken") is not False and component != WAITER:
         problems.append(f"{where}: automountServiceAccountToken must be false (only the aggregation's waiter "
                         "talks to the API server)")
