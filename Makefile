@@ -18,7 +18,7 @@ demo: venv vllm-venv model
 	$(BIN)/thicket run sweeps/demo.yaml
 
 test: venv vllm-venv
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=30
 
 # Builds every image (sizes and build times printed), then runs the rendered pods with podman.
 test-containers: venv vllm-venv

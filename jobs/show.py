@@ -14,6 +14,7 @@ import numpy as np
 
 from thicket.aggregate.view import MalformedShard, TreeView
 from thicket.errors import BadInput
+from thicket.index_sets import format_index_set
 from thicket.shards.storage import committed_task_ids, read_marker, read_shard
 from thicket.storage import open_store
 from thicket.storage.store import Store
@@ -81,8 +82,6 @@ def load_tree(sweep_uri: str, task: int) -> TreeView:
 
 def committed_summary(store: Store) -> str:
     """Which tasks have a committed tree, as ranges: 'tasks 0-31', 'tasks 0-3,5 (5 tasks)'."""
-    from thicket.k8s.status import format_index_set
-
     tasks = committed_task_ids(store)
     if not tasks:
         return "it holds no committed trees: is it the sweep folder a run wrote?"

@@ -23,11 +23,11 @@ from pydantic_core import PydanticCustomError
 
 from thicket import spec_errors
 from thicket.aggregate.params import DatasetsSpec
+from thicket.cluster_spec.cluster import ClusterSpec
+from thicket.cluster_spec.values import DNS_LABEL
 from thicket.envs import env_names
 from thicket.envs.env_args import env_args_problems
 from thicket.errors import BadInput
-from thicket.k8s.spec import ClusterSpec
-from thicket.k8s.values import DNS_LABEL
 from thicket.search import AnySearch
 from thicket.storage.store import StorageSettings
 from thicket.vllm_server import logprobs_mode_problem
@@ -194,6 +194,19 @@ class PolicySpec(Strict):
         return self.kind == "vllm" and self.url is None
 
 
+class CheckpointSpec(Strict):
+    """Growing trees saved to the sweep's storage, so that a killed or preempted worker's rerun
+    resumes them instead of growing them again (thicket.rollout.checkpoint)."""
+
+    enabled: bool = True
+    every_calls: int = Field(8, ge=1, description="save a growing tree's new replies after this many LLM calls")
+    every_s: float = Field(30, gt=0, description="... or once this many seconds passed since its last save")
+    grace_s: int = Field(
+        60, ge=1, description="seconds Kubernetes waits after SIGTERM before killing the worker "
+        "(terminationGracePeriodSeconds): the worker saves every growing tree in that time"
+    )
+
+
 class RunSpec(Strict):
     trees_in_flight: int | None = Field(None, ge=1, description="trees grown at once per pod (default: 2 x the requests in flight)")
     task_timeout_s: float = Field(3600, gt=0, description="a tree still growing then is stored as timed out")
@@ -209,6 +222,7 @@ class RunSpec(Strict):
         None, gt=0, description="the pod's whole share: trees growing then are stored as timed out, tasks not "
         "started are left for a rerun (exit 4)"
     )
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     progress: bool = True
     allow_spec_change: bool = Field(
         False, description="grow trees into a sweep whose spec.yaml differs (as --allow-spec-change): for pods, "
@@ -272,7 +286,7 @@ class SweepSpec(Strict):
     storage: StorageSpec = Field(default_factory=StorageSpec)
     seed: int = Field(0, ge=0)
     run: RunSpec = Field(default_factory=RunSpec)
-    cluster: ClusterSpec = Field(default_factory=ClusterSpec, description="Kubernetes: see thicket.k8s.spec")
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec, description="Kubernetes: see thicket.cluster_spec")
     datasets: DatasetsSpec = Field(default_factory=DatasetsSpec, description="what `thicket aggregate` builds")
 
     @field_validator("name")

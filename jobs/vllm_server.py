@@ -38,6 +38,14 @@ CPU_ARGS = ("--dtype", "float32", "--enforce-eager", "--distributed-executor-bac
             "--no-enable-chunked-prefill")
 COMMON_ARGS = ("--enable-prefix-caching", "--enable-prompt-tokens-details")
 CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
+# Left out of the child's environment: vLLM's start imports some 5,300 modules in each of its three
+# processes (API server, engine core, worker; spawned, so each imports afresh). A venv installed by
+# uv has no bytecode (pip writes it at install, uv does not), so with PYTHONDONTWRITEBYTECODE set
+# every start compiled them all three times over: about a minute of CPU, every start. Without it
+# the first start writes the bytecode into vLLM's own venv and later starts read it. The child runs
+# no code but vLLM's, and a venv whose files it cannot write is left as it is (Python skips the
+# write). An explicit `env=` still sets it.
+CHILD_ENV_DROPPED = ("PYTHONDONTWRITEBYTECODE",)
 
 # What every logprob thicket stores means: the log-probability of the sampled token under the
 # distribution vLLM drew it from, i.e. log_softmax(logits / temperature) after the action grammar's
@@ -163,7 +171,7 @@ class VLLMServer:
         return [*args, *without_logprobs_mode(self.extra_args)]
 
     def _child_env(self) -> dict[str, str]:
-        env = dict(os.environ)
+        env = {key: value for key, value in os.environ.items() if key not in CHILD_ENV_DROPPED}
         if self.cpu:
             for key, value in CPU_ENV.items():
                 env.setdefault(key, value)

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from thicket import __version__
-from thicket.k8s.spec import ClusterSpec
+from thicket.cluster_spec.cluster import ClusterSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,6 +1,17 @@
 """thicket's modules import each other without circles, counting every import a module
 makes (at its top, in functions, and under TYPE_CHECKING): a circle means two modules are one
-concept split in two, or a lower one that knows a higher one."""
+concept split in two, or a lower one that knows a higher one.
+
+And they import down their layers, never up. From the bottom:
+
+1. the core: every module not named below (the spec, including its `cluster` section in
+   thicket.cluster_spec, the rollout, search, shards, storage, envs, aggregation, ...);
+2. Kubernetes: thicket.k8s and everything under it (it renders the spec, drives the cluster);
+3. the command line: thicket.cli and everything under it (the `thicket` group and its commands;
+   the cluster commands it registers are thicket.k8s.commands, of layer 2).
+
+A module may import its own layer and those below it: nothing in the core imports thicket.k8s,
+and neither the core nor thicket.k8s imports thicket.cli."""
 
 from __future__ import annotations
 
@@ -9,6 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = {"thicket": ROOT / "jobs", "thicket.storage": ROOT / "storage"}
+LAYERS = ("thicket.k8s", "thicket.cli")  # above the core, lowest first
 
 
 def modules() -> dict[str, Path]:
@@ -83,3 +95,31 @@ def test_no_module_imports_itself_through_others():
     graph = imports(modules())
     assert sum(len(targets) for targets in graph.values()) > 100  # the walk found the imports
     assert circles(graph) == []
+
+
+def layer(module: str) -> int:
+    """0 for the core, then 1, 2, ... for LAYERS' packages (a package and every module under it)."""
+    for rank, package in enumerate(LAYERS, start=1):
+        if module == package or module.startswith(package + "."):
+            return rank
+    return 0
+
+
+def upward(graph: dict[str, set[str]]) -> list[str]:
+    """Each import of a higher layer's module, as 'importer -> imported'."""
+    return [f"{name} -> {target}" for name, targets in sorted(graph.items()) for target in sorted(targets)
+            if layer(target) > layer(name)]
+
+
+def test_the_layer_oracle_ranks_packages_not_prefixes():
+    assert [layer(m) for m in ("thicket.spec", "thicket.k8s", "thicket.k8s.render", "thicket.cli",
+                               "thicket.cli.spec_commands", "thicket.k8sx", "thicket.client")] == [0, 1, 1, 2, 2, 0, 0]
+    assert upward({"thicket.spec": {"thicket.k8s.values"}, "thicket.k8s.render": {"thicket.spec"}}) == [
+        "thicket.spec -> thicket.k8s.values"]
+
+
+def test_no_module_imports_a_higher_layer():
+    graph = imports(modules())
+    assert {"thicket.k8s", "thicket.cli"} <= graph.keys()  # the layers are there to check
+    assert any(layer(name) == 2 and layer(target) == 1 for name, targets in graph.items() for target in targets)
+    assert upward(graph) == []

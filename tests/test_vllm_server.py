@@ -83,6 +83,21 @@ def test_validate_rejects_another_logprobs_mode_in_one_line_with_exit_2(tmp_path
     assert out.returncode == 0, out.stderr
 
 
+# -- the child's environment ------------------------------------------------------------------------
+
+
+def test_the_child_may_write_bytecode_unless_told_not_to(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's venv (uv installs no bytecode) gets its bytecode written at the first start, whatever
+    PYTHONDONTWRITEBYTECODE the caller has: else every start compiles its imports in three processes."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setenv("THICKET_TEST_KEPT", "yes")
+    env = VLLMServer(tmp_path, python="py", cpu=True)._child_env()
+    assert "PYTHONDONTWRITEBYTECODE" not in env
+    assert env["THICKET_TEST_KEPT"] == "yes" and env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["HF_HUB_OFFLINE"] == "1"
+    given = VLLMServer(tmp_path, python="py", cpu=True, env={"PYTHONDONTWRITEBYTECODE": "1"})._child_env()
+    assert given["PYTHONDONTWRITEBYTECODE"] == "1"
+
+
 # -- what a run says about the vLLM it starts, and its log ------------------------------------------
 
 FAKE_VLLM = '''

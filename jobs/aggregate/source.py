@@ -53,9 +53,11 @@ COLUMNS = (
     "action",
     "llm_calls",
     "llm_tokens",
+    "resumed_llm_calls",
+    "resumed",
 )
 LATER_COLUMNS = ("llm_calls", "llm_tokens", "path_return", "reward_semantics", "data_source", "prefill_start",
-                 "prefill_len")  # absent from older shards: read as nulls
+                 "prefill_len", "resumed_llm_calls", "resumed")  # absent from older shards: read as nulls
 # Read as dictionaries: the system prompt is the same long text on every row of a tree, and
 # decoding it to plain strings (then concatenating them into a forest) was most of the
 # reading time of real trees.

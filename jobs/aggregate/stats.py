@@ -47,6 +47,7 @@ class SweepStats:
     revision_methods: Counter[str] = field(default_factory=Counter)
     tokens_skipped: Counter[str] = field(default_factory=Counter)
     quality: SearchQuality = field(default_factory=SearchQuality)
+    resumed: Counter[str] = field(default_factory=Counter)  # trees, nodes and LLM calls checkpoints brought back
     policy: PolicyFigures = field(default_factory=PolicyFigures)
 
     def add(self, forest: Forest) -> None:
@@ -79,6 +80,7 @@ class SweepStats:
         self.stop_reasons.update(_counts_of(t.column("stop_reason").take(pa.array(forest.leaves))))
         self.quality.add(forest)
         self.policy.add(forest)
+        self.resumed.update(_resumed(forest))
 
     def merge(self, other: SweepStats) -> None:
         for f in fields(self):
@@ -123,7 +125,17 @@ class SweepStats:
             "search_quality": self.quality.to_json(self.solved_trees, self.success_leaves, self.dpo_kinds,
                                                    datasets.get("revision", 0)),
             "policy": self.policy.to_json(),
+            "resumed": {what: self.resumed[what] for what in ("trees", "nodes", "llm_calls")},
         }
+
+
+def _resumed(forest: Forest) -> dict[str, int]:
+    """Trees resumed from a checkpoint, the nodes it brought back and the LLM calls it saved."""
+    t = forest.table
+    calls = pc.fill_null(t.column("resumed_llm_calls"), 0).to_numpy()
+    nodes = pc.fill_null(t.column("resumed"), False).to_numpy(zero_copy_only=False)
+    per_tree = np.add.reduceat(calls, forest.roots) if len(calls) else calls
+    return {"trees": int((per_tree > 0).sum()), "nodes": int(nodes.sum()), "llm_calls": int(calls.sum())}
 
 
 def _counts(values: np.ndarray) -> dict[int, int]:

@@ -1,10 +1,15 @@
 """Everything Kubernetes: a sweep as Indexed Jobs, and the commands that drive them.
 
-- `spec`: the spec's `cluster` section (validated names, images, resources, probes);
+The spec's `cluster` section is not here: it is part of the core (thicket.cluster_spec), which never
+imports thicket.k8s (`spec` only re-exports it under its old path).
+
 - `names`, `containers`, `render`: spec -> objects (plain dicts), in apply order;
 - `rules`: what the API server would refuse, checked offline;
-- `client` (API access: kubeconfig or the pod's service account), `submit` (create-or-update,
-  cancel), `status` (per-index state, logs, wait-job);
+- `node_fit` (with the `machine_types` table): whether the pod fits the GPU nodes it asks for;
+- `client` (API access: kubeconfig or the pod's service account; `api_retry`: its retries),
+  `preflight` (what submit checks first, `storage_class` too), `submit` (create-or-update, cancel;
+  `canary`: index 0 alone first), `status` (per-index state, logs; `status_view` prints it),
+  `job_wait` (a Job's state, wait-job);
 - `commands`: the `thicket` subcommands for all of the above;
 - `rehearsal`: the rendered pods, run on this machine with podman (`thicket rehearse`).
 """

@@ -5,7 +5,7 @@ official `kubernetes` client with a kubeconfig, or straight over urllib3 with th
 in a cluster (so an image that only waits on Jobs needs no `kubernetes` package). Failures become
 one-line errors: no cluster configured or reachable (exit 3), forbidden / unauthorized / rejected
 objects / conflicts (exit 2). A 429 (honouring Retry-After), a 5xx and a dropped connection are
-retried a few times (tenacity: RETRY_TRIES tries within RETRY_BUDGET_S seconds) before they fail.
+retried a few times (thicket.k8s.api_retry: RETRY_TRIES tries within RETRY_BUDGET_S seconds) before they fail.
 """
 
 from __future__ import annotations
@@ -18,9 +18,17 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import urllib3
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 
 from thicket.errors import BadInput, ThicketError, Unavailable
+from thicket.k8s.api_retry import (
+    RETRY_BUDGET_S,
+    RETRY_STATUSES,
+    RETRY_TRIES,
+    Transient,
+    dropped,
+    pool_retries,
+    retrying,
+)
 
 Obj = dict[str, Any]
 
@@ -51,12 +59,6 @@ NO_CLUSTER = (
 )
 
 
-# Retried answers and how: at most RETRY_TRIES tries within RETRY_BUDGET_S seconds, waiting the
-# server's Retry-After (capped) or an exponential backoff between them.
-RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
-RETRY_TRIES = 5
-RETRY_BUDGET_S = 60.0
-RETRY_AFTER_CAP_S = 30.0
 PAGE_SIZE = 500  # objects per list request (limit / continue)
 
 
@@ -66,42 +68,6 @@ class NotFound(Exception):
 
 class Conflict(BadInput):
     """409: the object exists already, or changed since it was read (exit 2, one line)."""
-
-
-class _Transient(Exception):
-    """A try worth repeating: an answer in RETRY_STATUSES (response set) or a dropped connection."""
-
-    def __init__(self, response: Any = None, error: str | None = None) -> None:
-        super().__init__(error or f"HTTP {getattr(response, 'status', '?')}")
-        self.response = response
-        self.error = error
-
-    def retry_after(self) -> float | None:
-        headers = getattr(self.response, "headers", None) or {}
-        value = headers.get("Retry-After") if hasattr(headers, "get") else None
-        try:
-            return max(0.0, float(value)) if value is not None else None
-        except ValueError:
-            return None  # an HTTP date: the backoff decides
-
-
-def _pool_retries() -> urllib3.util.Retry:
-    """urllib3's own retries: one more connect try, nothing else: answers (a 429's Retry-After, which
-    urllib3 would sleep uncapped) and dropped connections are Kube.request's (tenacity, bounded)."""
-    return urllib3.util.Retry(total=1, connect=1, read=0, status=0, other=0, redirect=0,
-                              respect_retry_after_header=False, raise_on_status=False, raise_on_redirect=False)
-
-
-def _dropped(err: BaseException) -> bool:
-    """A connection the server (or a proxy) dropped mid-request, worth a second try; not a refused
-    or unresolvable one (no API server there: fail at once)."""
-    reason = getattr(err, "reason", None)  # MaxRetryError wraps the last error
-    if isinstance(reason, BaseException) and reason is not err:
-        return _dropped(reason)
-    if isinstance(err, urllib3.exceptions.NewConnectionError | urllib3.exceptions.ConnectTimeoutError):
-        return False
-    return (isinstance(err, urllib3.exceptions.ProtocolError | ConnectionResetError | ConnectionAbortedError)
-            or type(err).__name__ == "RemoteDisconnected")
 
 
 class Forbidden(BadInput):
@@ -174,7 +140,7 @@ class InClusterTransport(Transport):
             self.namespace = None
         ca = _sa_file(os.path.join(sa_dir, "ca.crt"))
         tls: dict[str, Any] = {"cert_reqs": "CERT_REQUIRED", "ca_cert_data": ca,
-                               "retries": _pool_retries() if retries is None else retries}
+                               "retries": pool_retries() if retries is None else retries}
         proxy = proxy_for(self.host)
         self.pool = urllib3.ProxyManager(proxy, **tls) if proxy else urllib3.PoolManager(**tls)
 
@@ -218,16 +184,13 @@ class Kube:
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
-        retrying = Retrying(
-            stop=stop_after_attempt(self.retry_tries) | stop_after_delay(self.retry_budget_s),
-            wait=self._wait, retry=retry_if_exception_type(_Transient), sleep=self.sleep, reraise=True,
-        )
+        tries = retrying(self.retry_tries, self.retry_budget_s, self.sleep)
         try:
-            response = retrying(self._send_once, method, path, query or [], headers, body, timeout or self.timeout)
-        except _Transient as last:
+            response = tries(self._send_once, method, path, query or [], headers, body, timeout or self.timeout)
+        except Transient as last:
             if last.response is None:
                 raise Unavailable(f"cannot reach the Kubernetes API at {self.host}: {last.error} "
-                                  f"(tried {retrying.statistics.get('attempt_number', 1)} times)") from None
+                                  f"(tried {tries.statistics.get('attempt_number', 1)} times)") from None
             response = last.response
         if 200 <= response.status < 300:
             if stream:
@@ -238,31 +201,21 @@ class Kube:
 
     def _send_once(self, method: str, path: str, query: list[tuple[str, str]], headers: dict[str, str], body: Any,
                    timeout: Any) -> Any:
-        """One try: the response, or _Transient for one worth repeating."""
+        """One try: the response, or Transient for one worth repeating."""
         try:
             response = self.transport.send(method, path, query, headers, body, timeout)
         except (urllib3.exceptions.HTTPError, OSError) as err:
             reason = getattr(err, "reason", None) or err
-            if _dropped(err):
-                raise _Transient(error=_one_line(reason)) from None
+            if dropped(err):
+                raise Transient(error=_one_line(reason)) from None
             raise Unavailable(f"cannot reach the Kubernetes API at {self.host}: {_one_line(reason)}") from None
         except Exception as err:  # ApiException(status=0) for TLS failures, and the like
             if type(err).__name__ == "ApiException":
                 raise Unavailable(f"cannot reach the Kubernetes API at {self.host}: {_one_line(err.reason)}") from None
             raise
         if response.status in RETRY_STATUSES:
-            raise _Transient(response)
+            raise Transient(response)
         return response
-
-    @staticmethod
-    def _wait(state: RetryCallState) -> float:
-        """The server's Retry-After (capped), else 1, 2, 4, ... seconds."""
-        outcome = state.outcome
-        err = outcome.exception() if outcome is not None else None
-        after = err.retry_after() if isinstance(err, _Transient) else None
-        if after is not None:
-            return min(after, RETRY_AFTER_CAP_S)
-        return min(2.0 ** (state.attempt_number - 1), RETRY_AFTER_CAP_S)
 
     def _error(self, method: str, path: str, status: int, data: bytes) -> Exception:
         """The exception for an answer outside 2xx."""
@@ -402,7 +355,7 @@ def _connect_kubeconfig(context: str | None) -> Kube:
         raise Unavailable(f"{NO_CLUSTER} ({detail})") from None
     except (OSError, TypeError, ValueError, KeyError) as err:
         raise Unavailable(f"{NO_CLUSTER} (kubeconfig unusable: {_one_line(err)})") from None
-    configuration.retries = _pool_retries()
+    configuration.retries = pool_retries()
     return Kube(client.ApiClient(configuration), namespace)
 
 
@@ -434,6 +387,6 @@ def _context_namespace(config: Any, config_file: str, context: str | None) -> st
 
 
 def default_namespace(kube: Kube | None, explicit: str | None) -> str:
-    from thicket.k8s.spec import ClusterSpec
+    from thicket.cluster_spec.cluster import ClusterSpec
 
     return explicit or (kube.default_namespace if kube else None) or ClusterSpec().namespace

@@ -105,7 +105,8 @@ def status(sweep: str, namespace: str | None, context: str | None, watch: bool, 
     from rich.console import Console
 
     from thicket.k8s.client import connect, default_namespace
-    from thicket.k8s.status import render_status, sweep_status
+    from thicket.k8s.status import sweep_status
+    from thicket.k8s.status_view import render_status
 
     if fmt and old_format and fmt != old_format:
         raise BadInput(f"--format {fmt} and -o {old_format} disagree: give --format alone")
@@ -149,7 +150,8 @@ def status(sweep: str, namespace: str | None, context: str | None, watch: bool, 
 def logs(sweep: str, index: int, container: str, follow: bool, tail: int | None, namespace: str | None, context: str | None) -> None:
     """Logs of the latest pod of one index of SWEEP (a sweep name or its spec file)."""
     from thicket.k8s.client import connect, default_namespace
-    from thicket.k8s.status import index_pod, stdout_write
+    from thicket.k8s.status import index_pod
+    from thicket.k8s.status_view import stdout_write
 
     name, namespace = _sweep_and_namespace(sweep, namespace)
     kube = connect(context)
@@ -190,8 +192,8 @@ def wait_job(job: str, namespace: str | None, context: str | None, timeout: floa
              release: str | None, release_queue: str | None) -> None:
     """Wait until Job JOB is Complete or Failed (the aggregation's waiter), then release --release."""
     from thicket.k8s.client import connect, default_namespace
-    from thicket.k8s.status import release_job
-    from thicket.k8s.status import wait_job as wait
+    from thicket.k8s.job_wait import release_job
+    from thicket.k8s.job_wait import wait_job as wait
 
     kube = connect(context)
     ns = default_namespace(kube, namespace)

@@ -7,6 +7,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from thicket.cluster_spec.resources import Resources
+from thicket.cluster_spec.sidecars import EnvSidecar
+from thicket.cluster_spec.values import parse_quantity
 from thicket.errors import BadInput
 from thicket.k8s.names import (
     LOCALHOST,
@@ -20,8 +23,6 @@ from thicket.k8s.names import (
     served_model_name,
     serves_vllm,
 )
-from thicket.k8s.spec import EnvSidecar, Resources
-from thicket.k8s.values import parse_quantity
 from thicket.k8s.vllm_memory import parameters_b, vllm_memory
 from thicket.logs import FORMAT_VARIABLE as LOG_FORMAT_VARIABLE
 from thicket.spec import SweepSpec

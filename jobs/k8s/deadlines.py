@@ -9,8 +9,8 @@ own worst case plus what comes before the worker starts:
     activeDeadlineSeconds = start_allowance_s           image pulls, mounts, Secrets (cluster)
                           + wait_ready_timeout          the worker's wait for its servers (--wait-ready-timeout)
                           + work                        run.index_timeout_s, else per_index x run.task_timeout_s
-                          + shard_wait_s + storage.retry_deadline_s + GRACE_S
-                                                        the last batch's commit, and the shutdown
+                          + shard_wait_s + storage.retry_deadline_s       the last batch's commit
+                          + run.checkpoint.grace_s + 60 the shutdown (terminationGracePeriodSeconds)
 
 so the worker's own clean exit (exit 3 when a server never answers, exit 4 at the index deadline)
 always comes first. A pod killed at its deadline (reason DeadlineExceeded) counts against
@@ -31,7 +31,7 @@ from thicket.k8s.names import index_count
 from thicket.k8s.rules.report import HIGH_COMPLETIONS_LIMIT, COMPLETIONS_SOFT_LIMIT
 from thicket.spec import SweepSpec
 
-GRACE_S = 120  # the pod's terminationGracePeriodSeconds (60) and some slack
+SLACK_S = 60  # after the pod's terminationGracePeriodSeconds
 
 
 def worker_deadline(spec: SweepSpec, wait_ready_s: int) -> int:
@@ -50,9 +50,14 @@ def rollout_pod_deadline(spec: SweepSpec, wait_ready_s: int) -> int:
             raise BadInput(f"cluster.active_deadline_s: {c.active_deadline_s} s is not above the worker's own "
                            f"deadlines (--wait-ready-timeout {wait_ready_s} s + run.index_timeout_s "
                            f"{spec.run.index_timeout_s or 0:g} s): the pod would be killed before the worker's "
-                           f"clean exit; leave it unset for the derived {c.start_allowance_s + own + GRACE_S} s")
+                           f"clean exit; leave it unset for the derived {c.start_allowance_s + own + grace(spec)} s")
         return c.active_deadline_s
-    return c.start_allowance_s + own + GRACE_S
+    return c.start_allowance_s + own + grace(spec)
+
+
+def grace(spec: SweepSpec) -> int:
+    """The pod's terminationGracePeriodSeconds and some slack."""
+    return spec.run.checkpoint.grace_s + SLACK_S
 
 
 def max_failed_indexes(spec: SweepSpec) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from thicket.cluster_spec.resources import Resources
 from thicket.k8s.containers import (
     _common_pod,
     _env,
@@ -21,7 +22,6 @@ from thicket.k8s.containers import (
     pod_model,
 )
 from thicket.k8s.names import APP, COMPONENT_LABEL, SPEC_HASH, TEMPLATE_HASH, digest, labels, names, serves_vllm
-from thicket.k8s.spec import Resources
 from thicket.spec import SweepSpec
 
 Obj = dict[str, Any]

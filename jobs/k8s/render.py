@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from thicket.cluster_spec.resources import Resources
 from thicket.errors import BadInput, ExitCode, ThicketError
 from thicket.k8s.containers import (
     _common_pod,
@@ -59,7 +60,6 @@ from thicket.k8s.names import (
 )
 from thicket.k8s.network import identity_annotations, network_objects
 from thicket.k8s.prefetch import cache_claim, prefetch_job
-from thicket.k8s.spec import Resources
 from thicket.spec import SweepSpec
 
 Obj = dict[str, Any]
@@ -102,7 +102,8 @@ def rollout_job(spec: SweepSpec, spec_hash: str) -> Obj:
     if c.service_account:
         pod["serviceAccountName"] = c.service_account  # workload identity for S3
     pod["automountServiceAccountToken"] = False  # the rollout pods never talk to the API server
-    pod["terminationGracePeriodSeconds"] = 60
+    # After SIGTERM (preemption, a drain) the worker saves its growing trees (thicket.rollout.checkpoint)
+    pod["terminationGracePeriodSeconds"] = spec.run.checkpoint.grace_s
     # From the pod's start: a pod stuck before its worker runs (an image that cannot be pulled, a
     # missing Secret key, a volume that does not mount) fails then (thicket.k8s.deadlines).
     pod["activeDeadlineSeconds"] = rollout_pod_deadline(spec, wait_ready_timeout(spec, sidecars))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 
 from thicket.errors import BadInput
@@ -19,6 +20,13 @@ def mix(seed: int) -> int:
     return z ^ (z >> 31)
 
 
+@functools.lru_cache(maxsize=1024)
+def default_turn(action: str) -> tuple[str, str]:
+    """The thought and the text of a turn taking `action` with no thought given."""
+    thought = f"I will try {action}."
+    return thought, prompts.turn(thought, action)
+
+
 class UniformPolicy(Policy):
     name = "uniform"
 
@@ -27,10 +35,9 @@ class UniformPolicy(Policy):
         self._slots = AdjustableLimit(concurrency)  # requests "in flight" at most
 
     async def _wait(self) -> None:
-        if self.latency_s > 0:
-            async with self.slots:
-                with self.meter.request():
-                    await asyncio.sleep(self.latency_s)
+        async with self.slots:
+            with self.meter.request():
+                await asyncio.sleep(self.latency_s)
 
     @staticmethod
     def _choose(valid_actions: tuple[str, ...] | None, seed: int) -> tuple[str, float]:
@@ -40,9 +47,9 @@ class UniformPolicy(Policy):
 
     def _reply(self, thought: str, valid_actions: tuple[str, ...] | None, seed: int) -> Reply:
         action, logprob = self._choose(valid_actions, seed)
-        thought = thought or f"I will try {action}."
+        thought, text = (thought, prompts.turn(thought, action)) if thought else default_turn(action)
         return Reply(
-            text=prompts.turn(thought, action),
+            text=text,
             thought=thought,
             action=action,
             logprobs=[logprob],
@@ -61,7 +68,8 @@ class UniformPolicy(Policy):
         seed: int,
         temperature: float | None = None,
     ) -> list[Reply]:
-        await self._wait()
+        if self.latency_s > 0:
+            await self._wait()
         return [self._reply("", valid_actions, seed + i) for i in range(n)]
 
     async def act(
@@ -73,5 +81,6 @@ class UniformPolicy(Policy):
         seed: int,
         temperature: float | None = None,
     ) -> Reply:
-        await self._wait()
+        if self.latency_s > 0:
+            await self._wait()
         return self._reply(thought.thought, valid_actions, seed)

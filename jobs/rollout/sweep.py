@@ -52,6 +52,10 @@ class RunSummary:
             f"tokens       {tokens} generated",
             f"prefix cache {cache}",
         ]
+        if resumed := r.resumed:
+            out.insert(3, f"resumed      {len(resumed)} {'tree' if len(resumed) == 1 else 'trees'} from checkpoints: "
+                          f"{sum(o.resumed_nodes for o in resumed)} nodes and {sum(o.resumed_calls for o in resumed)} "
+                          "LLM calls brought back (not asked again)")
         if self.llm:
             out.append(f"in flight    {self.mean_in_flight:.1f} LLM requests on average "
                        f"(limit at the end {self.in_flight_limit})")

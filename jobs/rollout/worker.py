@@ -1,7 +1,9 @@
 """The worker: grow one tree per task, many at once, and commit each as a shard (several
 finished trees to a data file, see thicket.shards.batcher).
 
-Tasks already committed in the store are skipped, so a rerun resumes.
+Tasks already committed in the store are skipped, so a rerun resumes; a tree that was still
+growing (or waiting for its batch) when its worker died resumes from its checkpoint
+(thicket.rollout.checkpoint) without asking the LLM again for what it had.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from thicket.errors import BadInput, ThicketError, Unavailable
 from thicket.policy.base import Policy
 from thicket.policy.inflight import AdjustableLimit
 from thicket.progress import TaskProgress
+from thicket.rollout.checkpoint import GrowingTrees, TreeCheckpoint
 from thicket.search import grow, settle
 from thicket.search.expand import Expander
 from thicket.search.guard import ContentGuard
@@ -61,11 +64,15 @@ class TaskOutcome:
     llm_requests: int = 0
     seconds: float = 0.0
     error: str = ""
+    resumed_nodes: int = 0  # nodes a checkpoint brought back (their replies not sampled again)
+    resumed_calls: int = 0  # LLM calls a checkpoint saved
 
     def log_fields(self) -> dict[str, object]:
         fields = {"task": self.task, "tree": self.task, "status": self.status.value, "nodes": self.nodes,
                   "solved": self.solved, "generated_tokens": self.generated_tokens,
                   "llm_requests": self.llm_requests, "seconds": round(self.seconds, 3)}
+        if self.resumed_calls:
+            fields |= {"resumed_nodes": self.resumed_nodes, "resumed_calls": self.resumed_calls}
         return fields | ({"error": self.error} if self.error else {})
 
 
@@ -106,6 +113,11 @@ class WorkerReport:
     def not_run(self) -> list[TaskOutcome]:
         return [o for o in self.outcomes if o.status is TaskStatus.NOT_RUN]
 
+    @property
+    def resumed(self) -> list[TaskOutcome]:
+        """Grown trees that a checkpoint brought LLM calls back to."""
+        return [o for o in self.grown if o.resumed_calls]
+
 
 @dataclass
 class Worker:
@@ -118,6 +130,10 @@ class Worker:
     # Where each tree's env comes from (thicket.rollout.envs.open_envs); default: in process.
     new_env: Callable[[], Env] | None = None
     _index_deadline: float | None = field(default=None, init=False)  # event-loop time
+    _growing: GrowingTrees = field(init=False)  # the checkpoints of the trees not committed yet
+
+    def __post_init__(self) -> None:
+        self._growing = GrowingTrees(self.store, self.spec)
 
     def tree_slots(self) -> AdjustableLimit:
         """Trees grown at once: the spec's number, else twice the requests in flight (while one
@@ -131,6 +147,7 @@ class Worker:
         index_timeout = self.spec.run.index_timeout_s
         self._index_deadline = asyncio.get_running_loop().time() + index_timeout if index_timeout else None
         done_before = committed_task_ids(self.store)
+        await asyncio.to_thread(self._growing.discard_committed, done_before & set(tasks))
         report = WorkerReport([TaskOutcome(t, TaskStatus.SKIPPED) for t in tasks if t in done_before])
         metrics.TASKS_DONE.labels(TaskStatus.SKIPPED.value).inc(len(report.outcomes))
         todo = asyncio.Queue[int]()
@@ -167,8 +184,10 @@ class Worker:
             # A tree waiting for its batch holds no slot: more drains than slots keep them all busy.
             drains = min(slots.ceiling + batcher.max_trees, todo.qsize()) or 1
             try:
-                await asyncio.gather(*(drain() for _ in range(drains)))
+                with self._growing.saved_on_sigterm():
+                    await asyncio.gather(*(drain() for _ in range(drains)))
             finally:
+                self._growing.save_all()  # killed or failing: what the trees not committed have paid for
                 await batcher.aclose()
         self._leave_unstarted(todo, report)
         report.outcomes.sort(key=lambda o: o.task)
@@ -182,6 +201,7 @@ class Worker:
         log.info("task %d started", task, extra={"task": task, "tree": task, "status": "started"})
         env = self.new_env() if self.new_env else make_env(self.spec.tasks.env, **self.spec.tasks.env_args)
         try:
+            checkpoint = await self._open_checkpoint(task)
             guard = ContentGuard(self.spec.tasks.max_observation_chars)
             expander = await Expander.open(
                 env,
@@ -194,6 +214,7 @@ class Worker:
                 show_valid_actions=self.spec.policy.show_valid_actions,
                 dedupe=self.spec.search.dedupe,
                 max_llm_calls=self.spec.search.max_llm_calls,
+                journal=checkpoint,
             )
             status = await self._grow_within_deadline(expander)
             if faults := guard.summary():
@@ -214,20 +235,35 @@ class Worker:
             generated_tokens=sum(len(node.reply.token_ids) for node in tree.nodes() if node.reply),
             llm_requests=expander.llm_requests,
             seconds=time.perf_counter() - started,
+            resumed_nodes=expander.resumed_nodes,
+            resumed_calls=expander.resumed_calls,
         )
+        if checkpoint is not None and checkpoint.unused_calls:
+            log.warning("task %d: %d replies of its checkpoint were not asked for again (the env or the policy "
+                        "answered otherwise than in the interrupted run)", task, checkpoint.unused_calls,
+                        extra={"task": task, "tree": task})
         return GrownTree(outcome, table)
+
+    async def _open_checkpoint(self, task: int) -> TreeCheckpoint | None:
+        return await asyncio.to_thread(self._growing.open, task)
+
+    async def _close_checkpoint(self, task: int, committed: bool) -> None:
+        await asyncio.to_thread(self._growing.close, task, committed)
 
     async def _committed(self, grown: GrownTree, commit: asyncio.Future[CommitStatus] | None) -> TaskOutcome:
         """The outcome once the tree's batch is written (at once for a tree that failed)."""
         outcome = grown.outcome
         if commit is None:
+            await self._close_checkpoint(outcome.task, committed=False)
             return outcome
         try:
             status = await commit
         except (BadInput, asyncio.CancelledError):
             raise
         except Exception as err:
+            await self._close_checkpoint(outcome.task, committed=False)
             return self._failed(outcome.task, err, outcome.seconds)
+        await self._close_checkpoint(outcome.task, committed=True)
         fields = {"task": outcome.task, "tree": outcome.task, "nodes": outcome.nodes, "commit": status.value,
                   "writer": self.writer_id}
         if status is CommitStatus.COMMITTED:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from thicket.policy import prompts
 from thicket.policy.base import Messages, Policy, Reply
 from thicket.search.cursor import EnvCursor
 from thicket.search.guard import ContentGuard, Fault
+from thicket.search.journal import ReplyJournal, propose_key
 from thicket.search.tree import Node, StopReason, Tree
 
 SEED_SPACING = 1024  # a propose of n samples uses seed .. seed+n-1; proposes never overlap
@@ -38,7 +40,11 @@ class Expander:
     llm_requests: int = 0  # proposes (each of n sampled replies)
     llm_calls: int = 0  # sampled replies, each one LLM request
     unstepped: int = 0  # replies asked for or in hand, not stepped yet: each will be a node
+    journal: ReplyJournal | None = None  # replies paid for before (a resumed tree) and kept for later
+    resumed_calls: int = 0  # of llm_calls: served from the journal, no LLM asked
+    resumed_nodes: int = 0  # nodes whose reply came from the journal
     _messages: dict[Node, Messages] = field(default_factory=dict)
+    _from_journal: dict[int, Reply] = field(default_factory=dict)  # id -> reply, until it is stepped
 
     @classmethod
     async def open(cls, env: Env, task: int, policy: Policy, seed: int, *,
@@ -93,13 +99,7 @@ class Expander:
         self.llm_calls += asked
         self.unstepped += asked
         try:
-            replies = await self.policy.propose(
-                self.messages(node),
-                asked,
-                valid_actions=node.observation.valid_actions,
-                seed=self.seed_for(node, *salt),
-                temperature=temperature,
-            )
+            replies = await self._sample(node, asked, self.seed_for(node, *salt), temperature)
         except BaseException:
             self.unstepped -= asked
             raise
@@ -108,6 +108,23 @@ class Expander:
         self.unstepped += len(replies) - asked
         node.llm_calls += len(replies)
         node.llm_tokens += sum(len(reply.token_ids) for reply in replies)
+        return replies
+
+    async def _sample(self, node: Node, n: int, seed: int, temperature: float | None) -> list[Reply]:
+        """The policy's n replies, or those the journal kept for this very propose."""
+        messages, valid = self.messages(node), node.observation.valid_actions
+        if self.journal is None:
+            return await self.policy.propose(messages, n, valid_actions=valid, seed=seed, temperature=temperature)
+        key = propose_key(messages, n, valid_actions=valid, seed=seed, temperature=temperature)
+        replies = self.journal.take(key)
+        if replies is not None:
+            self.resumed_calls += len(replies)
+            node.resumed_llm_calls += len(replies)
+            self._from_journal.update((id(reply), reply) for reply in replies)
+            await asyncio.sleep(0)  # as a policy call would: proposes gathered together all ask before any steps
+            return replies
+        replies = await self.policy.propose(messages, n, valid_actions=valid, seed=seed, temperature=temperature)
+        await self.journal.record(key, replies)
         return replies
 
     async def expand(self, node: Node, n: int, *, temperature: float | None = None, salt: object = "") -> list[Node]:
@@ -125,6 +142,7 @@ class Expander:
         for reply in replies:
             if self.dedupe and reply.text in seen:
                 self.unstepped -= 1
+                self._from_journal.pop(id(reply), None)
                 continue
             seen.add(reply.text)
             children.append(await self.step(node, reply))
@@ -133,18 +151,25 @@ class Expander:
     async def step(self, node: Node, reply: Reply, label: int = -1) -> Node:
         """Step `reply` from `node`'s state: a new child (an error leaf where the env failed)."""
         self.unstepped -= 1
+        resumed = self._from_journal.pop(id(reply), None) is not None
         self.cursor.guard.reply(reply, node.observation.valid_actions)
         async with self.cursor.lock:
             started = time.perf_counter()
             try:
                 transition = await self.cursor.step_from(node, reply.action)
             except ActionFailed as err:
-                return self._error_leaf(node, reply, label, str(err), started)
+                return self._resumed(self._error_leaf(node, reply, label, str(err), started), resumed)
             env_ms = (time.perf_counter() - started) * 1000
             child = self.tree.add_child(node, reply, transition, env_ms)
             child.label = label
             await self.cursor.remember(child)
         classify(child, self.max_depth)
+        return self._resumed(child, resumed)
+
+    def _resumed(self, child: Node, resumed: bool) -> Node:
+        if resumed:
+            child.resumed = True
+            self.resumed_nodes += 1
         return child
 
     def _error_leaf(self, node: Node, reply: Reply, label: int, error: str, started: float) -> Node:

@@ -20,6 +20,7 @@ from thicket.policy.base import Reply
 
 DEFAULT_MAX_OBSERVATION_CHARS = 16_384
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # keeps \t and \n; \r goes too
+_CONTROL_BYTES = bytes([*range(0x09), *range(0x0B, 0x20), 0x7F])  # the same characters
 
 
 class Fault(StrEnum):
@@ -42,6 +43,14 @@ def valid_utf8(text: str) -> str:
         return text.encode(errors="replace").decode()
 
 
+def clean_ascii(text: str) -> bool:
+    """ASCII without control characters (other than tab and newline): a faster _CONTROL.search."""
+    if not text.isascii():
+        return False
+    encoded = text.encode()
+    return len(encoded.translate(None, _CONTROL_BYTES)) == len(encoded)
+
+
 def _safe_actions(actions: tuple[str, ...] | None) -> tuple[str, ...] | None:
     if actions is None:
         return None
@@ -58,6 +67,8 @@ class ContentGuard:
     faults: Counter[Fault] = field(default_factory=Counter)
 
     def text(self, text: str) -> str:
+        if len(text) <= self.max_observation_chars and clean_ascii(text):
+            return text  # the common case, made safe as it is
         safe = valid_utf8(text)
         if safe is not text:
             self.faults[Fault.INVALID_UTF8] += 1

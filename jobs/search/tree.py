@@ -60,19 +60,20 @@ class Node:
     # duplicates the search dropped) and the tokens they generated
     llm_calls: int = 0
     llm_tokens: int = 0
+    resumed_llm_calls: int = 0  # of llm_calls: replies a checkpoint brought back (not sampled again)
+    resumed: bool = False  # this node's reply came from a checkpoint
     children: list[Node] = field(default_factory=list)
     snapshot: Any = None  # env state after this node's step, where the env can snapshot
     id: int = -1  # assigned in canonical (breadth-first) order when the tree is frozen
+    _key: tuple[int, ...] | None = field(default=None, init=False, repr=False)  # see key
 
     @property
     def key(self) -> tuple[int, ...]:
-        """Path of sibling indices from the root: stable whatever the scheduling order."""
-        out: list[int] = []
-        node: Node | None = self
-        while node is not None and node.parent is not None:
-            out.append(node.index)
-            node = node.parent
-        return tuple(reversed(out))
+        """Path of sibling indices from the root: stable whatever the scheduling order. Kept
+        once known: a node's parent and index never change."""
+        if self._key is None:
+            self._key = () if self.parent is None else (*self.parent.key, self.index)
+        return self._key
 
     @property
     def value(self) -> float:
@@ -188,9 +189,13 @@ def refresh_value(node: Node) -> None:
         node.visits = 1 if evaluated else 0
         node.value_mean = leaf_score(node) if evaluated else 0.0
         return
-    seen = [c for c in node.children if c.visits > 0]
-    node.visits = sum(c.visits for c in seen)
-    node.value_mean = sum(c.value for c in seen) / len(seen) if seen else 0.0
+    visits, values = 0, []
+    for child in node.children:
+        if child.visits > 0:
+            visits += child.visits
+            values.append(child.value)
+    node.visits = visits
+    node.value_mean = sum(values) / len(values) if values else 0.0
 
 
 def refresh_path(leaf: Node) -> None:

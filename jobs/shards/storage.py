@@ -92,6 +92,10 @@ TREE_SCHEMA = pa.schema(
         # duplicates the search dropped) and the tokens they generated; null in older shards
         ("llm_calls", pa.int32()),
         ("llm_tokens", pa.int32()),
+        # a resumed tree (thicket.rollout.checkpoint): of llm_calls, those a checkpoint brought back,
+        # and whether this node's reply was one of them (not sampled again); null in older shards
+        ("resumed_llm_calls", pa.int32()),
+        ("resumed", pa.bool_()),
     ]
 )
 

@@ -130,6 +130,8 @@ def tree_table(tree: Tree, meta: TreeMeta) -> pa.Table:
             env_ms=node.env_ms,
             llm_calls=node.llm_calls,
             llm_tokens=node.llm_tokens,
+            resumed_llm_calls=node.resumed_llm_calls,
+            resumed=node.resumed,
         )
     return pa.Table.from_pydict(rows, schema=TREE_SCHEMA)
 

@@ -8,7 +8,10 @@ sidecar, the worker) and the aggregation pod against a local S3 container, and c
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
 import subprocess
 import time
 import uuid
@@ -17,8 +20,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.containers.conftest import committed_trees, rehearsal_store, rehearse
+from tests.containers.conftest import ROOT, THICKET, committed_trees, rehearsal_store, rehearse
+from thicket.k8s.podman import S3_ACCESS, S3_PORT
+from thicket.rollout.checkpoint import CHECKPOINTS
+from thicket.shards.storage import committed_task_ids
+from thicket.storage import open_store
+from thicket.storage.store import StorageSettings
 from thicket.tiny_model import build_tiny_model, vllm_python
+
+S3_CONTAINER = "thicket-rehearsal-s3"
 
 pytestmark = pytest.mark.containers
 
@@ -91,3 +101,56 @@ def test_a_vllm_that_never_becomes_ready_ends_the_pod_with_its_reason(images, tm
     assert "failed" in line and "worker exit 3 (" in line and "did not answer within 60 s" in line, line
     assert "; vllm exited 1: " in line and "Error: " in line, line  # why vLLM ended, its exception's line
     assert elapsed < 300, elapsed
+
+
+def local_s3_store(name: str):
+    """Sweep `name`'s store on the rehearsal's local S3 container, reached from this machine."""
+    port = subprocess.run(["podman", "port", S3_CONTAINER, str(S3_PORT)], capture_output=True, text=True,
+                          check=True).stdout.strip().rsplit(":", 1)[-1]
+    os.environ.update({**S3_ACCESS, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"})
+    # Short retries: the container may be (re)started by the rehearsal under way, on another port.
+    return open_store(f"s3://thicket/sweeps/{name}", StorageSettings(retry_deadline_s=2, startup_connect_s=2))
+
+
+def test_a_preempted_rollout_pod_saves_its_growing_trees_and_the_retried_pod_resumes_them(
+        images, tiny_model, tmp_path, monkeypatch):
+    # Bigger trees than the other rehearsals, so that the pod is stopped while they grow.
+    name = f"pod-preempt-{uuid.uuid4().hex[:6]}"
+    spec_path = spec_file(tmp_path, name, str(tiny_model))
+    spec = yaml.safe_load(spec_path.read_text())
+    spec["search"] = {"algorithm": "mcts", "iterations": 30, "expansions": 4, "max_depth": 8}
+    spec["run"] = {"checkpoint": {"every_calls": 4, "grace_s": 60}}
+    spec_path.write_text(yaml.safe_dump(spec))
+    for key in (*S3_ACCESS, "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(key, raising=False)
+
+    first = subprocess.Popen([THICKET, "rehearse", str(spec_path), "--workdir", str(tmp_path / "first"),
+                              "--no-aggregate"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             stdin=subprocess.DEVNULL, text=True)
+    try:
+        deadline = time.monotonic() + 900
+        segments: list[str] = []
+        while len(segments) < 3:
+            assert time.monotonic() < deadline and first.poll() is None, "no checkpoint before the pod ended"
+            time.sleep(0.5)
+            with contextlib.suppress(Exception):  # the container and its bucket come up during the rehearsal
+                segments = list(local_s3_store(name).list(CHECKPOINTS))
+        # As the kubelet preempts a pod: SIGTERM to every container, SIGKILL after the grace period.
+        subprocess.run(["podman", "pod", "stop", "--time", "60", f"{name}-0"], check=True, capture_output=True)
+        out, err = first.communicate(timeout=300)
+    finally:
+        first.kill()
+    worker_log = (tmp_path / "first" / "logs" / f"{name}-0-worker.log").read_text()
+    assert "stopping: saved the checkpoints of" in worker_log, f"{out}\n{err}\n{worker_log[-3000:]}"
+    store = local_s3_store(name)
+    left = {0, 1} - committed_task_ids(store)
+    assert left, "both trees were committed before the stop: nothing was preempted"
+
+    second = rehearse(spec_path, tmp_path / "second", "--no-aggregate")
+    assert second.returncode == 0, f"{second.stdout}\n{second.stderr}"
+    worker_log = (tmp_path / "second" / "logs" / f"{name}-0-worker.log").read_text()
+    resumed = [int(m) for m in re.findall(r"resuming from its checkpoint \((\d+) LLM replies\)", worker_log)]
+    assert resumed and all(calls > 0 for calls in resumed), worker_log[-3000:]
+    store = local_s3_store(name)
+    assert committed_task_ids(store) == {0, 1}
+    assert list(store.list(CHECKPOINTS)) == []

@@ -14,14 +14,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from tests.support.manifests import BASE, by_kind, containers, rollout, spec_with
+from thicket.cluster_spec.aggregate import GPU_NODE_LABELS
 from thicket.errors import BadInput, ThicketError
 from thicket.k8s.client import connect
 from thicket.k8s.containers import LIVENESS_SCRIPT
-from thicket.k8s.deadlines import GRACE_S
+from thicket.k8s.job_wait import release_job, wait_job
 from thicket.k8s.render import render
 from thicket.k8s.rules import bounded_problems, placement_problems, policy_problems, rbac_problems, sweep_problems
-from thicket.k8s.spec import GPU_NODE_LABELS
-from thicket.k8s.status import release_job, wait_job
 from thicket.k8s.submit import submit
 from thicket.spec import parse_spec
 
@@ -37,11 +36,11 @@ def test_the_rollout_pod_has_a_deadline_above_the_worker_s_own():
     pod = _pod(render(spec))
     # start allowance + --wait-ready-timeout + index deadline + last batch (shard_wait_s) and its
     # storage retries + grace
-    assert pod["activeDeadlineSeconds"] == 600 + 900 + 7200 + 60 + 300 + GRACE_S
+    assert pod["activeDeadlineSeconds"] == 600 + 900 + 7200 + 60 + 300 + 60 + 60
     # Without an index deadline, the worker's worst case: every task to its task_timeout_s, one by one.
     pod = _pod(render(spec_with(probes={"vllm_startup_s": 900}, start_allowance_s=600)))
     per_index = spec_with().tasks.per_index
-    assert pod["activeDeadlineSeconds"] == 600 + 900 + per_index * 3600 + 60 + 300 + GRACE_S
+    assert pod["activeDeadlineSeconds"] == 600 + 900 + per_index * 3600 + 60 + 300 + 60 + 60
 
 
 def test_the_deadline_rules_catch_a_missing_or_short_deadline():

@@ -1,4 +1,4 @@
-"""The spec's `cluster` section (thicket.k8s.spec): bad sections name the field in one line, and
+"""The spec's `cluster` section (thicket.cluster_spec): bad sections name the field in one line, and
 the k8s/ base builds with the names its defaults give."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.support.manifests import kustomize_objects, spec_with
+from thicket.cluster_spec.cluster import ClusterSpec
 from thicket.errors import BadInput
-from thicket.k8s.spec import ClusterSpec
 
 
 @pytest.mark.parametrize(

@@ -16,16 +16,13 @@ import yaml
 from tests.support.fake_kube import FakeKube, write_kubeconfig
 from tests.support.manifests import BASE, rollout
 from thicket.errors import BadInput, Unavailable
+from thicket.index_sets import format_index_set, parse_index_set
 from thicket.k8s.client import Forbidden, connect
+from thicket.k8s.job_wait import wait_job
+from thicket.k8s.preflight import preflight
 from thicket.k8s.render import render
-from thicket.k8s.status import (
-    format_index_set,
-    index_pod,
-    parse_index_set,
-    sweep_status,
-    wait_job,
-)
-from thicket.k8s.submit import apply_object, cancel, preflight, submit
+from thicket.k8s.status import index_pod, sweep_status
+from thicket.k8s.submit import apply_object, cancel, submit
 from thicket.shards.storage import commit_key
 from thicket.spec import parse_spec
 from thicket.storage.store import LocalStore

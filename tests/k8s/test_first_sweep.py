@@ -15,9 +15,10 @@ from tests.support.fake_kube import FakeKube
 from tests.support.manifests import BASE
 from thicket.errors import BadInput, ThicketError, Unavailable
 from thicket.k8s.client import connect
+from thicket.k8s.preflight import preflight
 from thicket.k8s.render import render
 from thicket.k8s.status import sweep_status
-from thicket.k8s.submit import preflight, submit
+from thicket.k8s.submit import submit
 from thicket.spec import parse_spec
 
 QUIET = {"echo": lambda _: None}
@@ -58,7 +59,7 @@ def test_submit_refuses_a_secret_without_the_key_the_pods_read(fake, tmp_path, c
 
 
 def test_an_optional_secret_key_may_be_missing():
-    from thicket.k8s.submit import secret_refs
+    from thicket.k8s.preflight import secret_refs
 
     refs = secret_refs(render(make_spec()))
     keys = {(name, key) for name, key, _ in refs}
@@ -226,9 +227,9 @@ def test_a_failed_canary_stops_the_sweep_with_its_reason(fake, tmp_path, cli, mo
 
 
 def test_canary_from_the_cli_exits_non_zero(fake, tmp_path, cli, monkeypatch):
-    from thicket.k8s import submit as submit_module
+    from thicket.k8s import canary as canary_module
 
-    monkeypatch.setattr(submit_module.time, "sleep", lambda _: canary_pod(fake, "Failed", {"state": {"terminated": {
+    monkeypatch.setattr(canary_module.time, "sleep", lambda _: canary_pod(fake, "Failed", {"state": {"terminated": {
         "exitCode": 3, "reason": "Error", "message": "error: vLLM did not answer"}}}))
     code, out, err = cli("submit", write_spec(tmp_path, parallelism=4), "--canary")
     assert code == 1 and err.count("\n") == 1 and err.startswith("error: canary failed: job/tc index 0: worker exit 3")

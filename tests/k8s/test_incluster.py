@@ -27,7 +27,7 @@ import thicket.k8s.client
 from tests.support.fake_kube import FakeKube, serve, status
 from thicket.errors import BadInput, Unavailable
 from thicket.k8s.client import InClusterTransport, connect
-from thicket.k8s.status import wait_job
+from thicket.k8s.job_wait import wait_job
 
 ROOT = Path(__file__).resolve().parents[2]
 PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")

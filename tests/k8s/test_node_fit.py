@@ -1,7 +1,8 @@
-"""thicket.k8s.node_fit: the rollout pod's request as the scheduler sums it, the allocatable
-resources of common GPU machine types from the providers' reservation formulas, the node labels
-each provider sets, the model-load estimate, and what `thicket validate` prints. Every example in
-sweeps/cluster fits the machine type its walk-through (docs/kubernetes.md) creates."""
+"""thicket.k8s.node_fit (and thicket.k8s.machine_types): the rollout pod's request as the scheduler
+sums it, the allocatable resources of common GPU machine types from the providers' reservation
+formulas, the node labels each provider sets, the model-load estimate, and what `thicket validate`
+prints. Every example in sweeps/cluster fits the machine type its walk-through (docs/kubernetes.md)
+creates."""
 
 from __future__ import annotations
 
@@ -13,17 +14,8 @@ import yaml
 
 from tests.support.manifests import ROOT, rollout, spec_with
 from thicket.k8s import node_fit
-from thicket.k8s.node_fit import (
-    cpu_reserved,
-    eks_memory_reserved_gib,
-    fit,
-    gke_memory_reserved_gib,
-    load_estimates,
-    node_type,
-    pod_request,
-    selector_notes,
-    selector_picks,
-)
+from thicket.k8s.machine_types import NODE_TYPES, cpu_reserved, eks_memory_reserved_gib, gke_memory_reserved_gib, node_type
+from thicket.k8s.node_fit import fit, load_estimates, pod_request, selector_notes, selector_picks
 from thicket.k8s.render import render
 from thicket.spec import load_spec, parse_spec
 
@@ -79,7 +71,7 @@ def test_reservations_follow_the_providers_formulas():
 
 
 def test_allocatable_is_below_capacity_and_g2_standard_8_cannot_hold_the_old_sciworld_pod():
-    for node in node_fit.NODE_TYPES:
+    for node in NODE_TYPES:
         assert 0 < node.allocatable_memory_gib < node.memory_gib
         assert 0 < node.allocatable_cpu < node.vcpus
     old = node_fit.PodRequest(5.5, 33.25, 1)

@@ -20,9 +20,9 @@ import yaml
 
 from tests.support.manifests import BASE, ROOT, SWEEPS, by_kind, sweep_id, containers, kustomize_objects, rollout, spec_with, variant_specs
 from thicket import __version__
+from thicket.cluster_spec.cluster import ClusterSpec
 from thicket.errors import BadInput
 from thicket.k8s.render import render, to_yaml
-from thicket.k8s.spec import ClusterSpec
 from thicket.spec import load_spec, parse_spec
 from thicket.vllm_server import LOGPROBS_MODE
 
@@ -277,7 +277,7 @@ def test_policies_without_a_local_vllm_get_no_gpu_and_no_vllm_container():
 
 
 def test_java_families_get_the_java_env_image():
-    from thicket.k8s.spec import EnvSidecar
+    from thicket.cluster_spec.sidecars import EnvSidecar
 
     cluster = ClusterSpec()
     assert cluster.sidecar_image(EnvSidecar(family="textcraft")) == cluster.images.env

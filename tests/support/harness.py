@@ -31,9 +31,10 @@ from thicket.storage.store import Store
 ROOT = Path(__file__).resolve().parents[2]
 THICKET = str(Path(sys.executable).parent / "thicket")
 NAME = "faults"
-# Columns that measure the run (time, vLLM's prefix cache), not what was grown.
-MEASURED_COLUMNS = ("llm_ms", "env_ms", "cached_tokens")
-MEASURED_STATS = ("source_shards_sha256", "cached_token_share")
+# Columns that measure the run (time, vLLM's prefix cache, what a checkpoint brought back), not
+# what was grown.
+MEASURED_COLUMNS = ("llm_ms", "env_ms", "cached_tokens", "resumed_llm_calls", "resumed")
+MEASURED_STATS = ("source_shards_sha256", "cached_token_share", "resumed")
 
 
 def sweep_spec(tmp_path: Path, count: int = 6, **sections: dict[str, Any]) -> Path:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from thicket.cluster_spec.values import DNS_LABEL, DNS_SUBDOMAIN, label_value, qualified_name
 from thicket.k8s.rules.pods import _pod_spec, _quantity
 from thicket.k8s.rules.policy import (
     bounded_problems,
@@ -33,7 +34,6 @@ from thicket.k8s.rules.report import (
     NAMESPACED_KINDS,
     _Report,
 )
-from thicket.k8s.values import DNS_LABEL, DNS_SUBDOMAIN, label_value, qualified_name
 
 Obj = dict[str, Any]
 

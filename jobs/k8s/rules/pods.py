@@ -7,19 +7,19 @@ import re
 from decimal import Decimal
 from typing import Any
 
+from thicket.cluster_spec.values import (
+    DNS_LABEL,
+    DNS_SUBDOMAIN,
+    label_value,
+    parse_quantity,
+    qualified_name,
+)
 from thicket.k8s.rules.report import (
     ENV_VAR_NAME,
     IANA_SVC_NAME,
     NATIVE_RESOURCES,
     VOLUME_SOURCES,
     _Report,
-)
-from thicket.k8s.values import (
-    DNS_LABEL,
-    DNS_SUBDOMAIN,
-    label_value,
-    parse_quantity,
-    qualified_name,
 )
 
 Obj = dict[str, Any]

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from thicket.k8s.values import dns_subdomain, parse_quantity
+from thicket.cluster_spec.values import dns_subdomain, parse_quantity
 
 AccessMode = Literal["ReadWriteMany", "ReadOnlyMany", "ReadWriteOnce"]
 

@@ -6,29 +6,27 @@ value fails `thicket validate` with one line naming the field, not the API serve
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, field_validator, model_validator
 
 from thicket import __version__
-from thicket.k8s.container_env import ContainerEnv
-from thicket.k8s.model_cache import ModelCache
-from thicket.k8s.values import (
-    DNS_SUBDOMAIN,
-    dns_label,
-    dns_subdomain,
-    image_reference,
-    label_value,
-    parse_quantity,
-    qualified_name,
+from thicket.cluster_spec.aggregate import AggregateSpec
+from thicket.cluster_spec.base import ClusterModel
+from thicket.cluster_spec.container_env import ContainerEnv
+from thicket.cluster_spec.ephemeral_storage import EphemeralStorage
+from thicket.cluster_spec.model_cache import ModelCache
+from thicket.cluster_spec.placement import NodeSelector, QueueName, Toleration, checked_labels
+from thicket.cluster_spec.resources import ContainerResources, Resources
+from thicket.cluster_spec.sidecars import (
+    JAVA_FAMILIES,
+    JVM_BASE_MIB,
+    JVM_INSTANCE_MIB,
+    JVM_INSTANCES,
+    JVM_MAX_MIB,
+    EnvSidecar,
 )
+from thicket.cluster_spec.values import dns_label, dns_subdomain, image_reference, parse_quantity
 from thicket.vllm_server import logprobs_mode_problem
 
 REGISTRY = "ghcr.io/thicket"
@@ -36,10 +34,6 @@ VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"  # pinned: the GPU build the worker is t
 
 # Flags thicket sets on the vLLM command line itself (they must agree with the pod's wiring).
 MANAGED_VLLM_FLAGS = ("--model", "--served-model-name", "--host", "--port")
-
-
-class ClusterModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class Images(ClusterModel):
@@ -55,84 +49,6 @@ class Images(ClusterModel):
         return image_reference(value, info.field_name)
 
 
-class Resources(ClusterModel):
-    requests: dict[str, str] = Field(default_factory=dict)
-    limits: dict[str, str] = Field(default_factory=dict)
-
-    @field_validator("requests", "limits", mode="before")
-    @classmethod
-    def quantities(cls, value: object) -> object:
-        if not isinstance(value, dict):
-            return value
-        out = {}
-        for name, amount in value.items():
-            if isinstance(amount, bool) or not isinstance(amount, (str, int, float)):
-                raise ValueError(f"{name}: expected a quantity like 500m, 2 or 16Gi, got {amount!r}")
-            if "gpu" in str(name):
-                raise ValueError(f"{name}: set GPUs with cluster.gpus, not in resources")
-            if not qualified_name(str(name)):
-                raise ValueError(f"{name!r} is not a resource name")
-            parse_quantity(amount)
-            out[str(name)] = str(amount)
-        return out
-
-    @model_validator(mode="after")
-    def requests_within_limits(self) -> Resources:
-        for name, amount in self.requests.items():
-            if name in self.limits and parse_quantity(amount) > parse_quantity(self.limits[name]):
-                raise ValueError(f"requests.{name} ({amount}) is above limits.{name} ({self.limits[name]})")
-        return self
-
-
-def _res(cpu: str, memory: str, memory_limit: str | None = None) -> Resources:
-    return Resources(requests={"cpu": cpu, "memory": memory}, limits={"memory": memory_limit or memory})
-
-
-class ContainerResources(ClusterModel):
-    vllm: Resources = Field(default_factory=lambda: _res("4", "32Gi"),
-                            description="default: 4 CPUs and memory from the model's size (thicket.k8s.vllm_memory)")
-    worker: Resources = Field(default_factory=lambda: _res("1", "2Gi", "4Gi"))
-    env: Resources = Field(default_factory=lambda: _res("500m", "1Gi", "2Gi"))
-    aggregate: Resources = Field(default_factory=lambda: _res("2", "8Gi"))
-
-
-class Toleration(ClusterModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    key: str | None = None
-    operator: Literal["Exists", "Equal"] = "Equal"
-    value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    toleration_seconds: int | None = Field(None, alias="tolerationSeconds")
-
-    @model_validator(mode="after")
-    def consistent(self) -> Toleration:
-        if self.key is not None and not qualified_name(self.key):
-            raise ValueError(f"key {self.key!r} is not a valid label key")
-        if self.operator == "Exists" and self.value:
-            raise ValueError("operator Exists takes no value")
-        if not self.key and self.operator != "Exists":
-            raise ValueError("a toleration without a key needs operator Exists")
-        if self.value and not label_value(self.value):
-            raise ValueError(f"value {self.value!r} is not a valid label value")
-        if self.toleration_seconds is not None and self.effect != "NoExecute":
-            raise ValueError("tolerationSeconds needs effect NoExecute")
-        return self
-
-    def manifest(self) -> dict:
-        out: dict = {}
-        if self.key:
-            out["key"] = self.key
-        out["operator"] = self.operator
-        if self.value:
-            out["value"] = self.value
-        if self.effect:
-            out["effect"] = self.effect
-        if self.toleration_seconds is not None:
-            out["tolerationSeconds"] = self.toleration_seconds
-        return out
-
-
 class Probes(ClusterModel):
     vllm_startup_s: int = Field(1800, ge=10, description="how long vLLM may take to load its model")
     env_startup_s: int = Field(300, ge=2, description="how long an env sidecar may take to start")
@@ -141,128 +57,6 @@ class Probes(ClusterModel):
     readiness_failures: int = Field(3, ge=1, le=100, description="failed probes before a container is unready")
     liveness_failures: int = Field(6, ge=1, le=100, description="failed probes, after the start-up window, "
                                    "before the kubelet restarts a server")
-
-
-class EnvSidecar(ClusterModel):
-    family: str = Field(description="env family the sidecar serves (`thicket serve-env FAMILY`)")
-    port: int = Field(8100, ge=1024, le=65535)
-    image: str | None = Field(None, description="default: images.env (images.env_java for ScienceWorld)")
-    args: list[str] = Field(default_factory=list, description="extra `thicket serve-env` arguments")
-    resources: Resources | None = Field(None, description="default: resources.env")
-
-    @field_validator("family")
-    @classmethod
-    def known_family(cls, value: str) -> str:
-        from thicket.envs import env_names
-
-        if value not in env_names():
-            raise ValueError(f"unknown env {value!r}; expected one of {', '.join(env_names())}")
-        return value
-
-    @field_validator("image")
-    @classmethod
-    def pinned(cls, value: str | None) -> str | None:
-        return value if value is None else image_reference(value, "env sidecar")
-
-    @field_validator("args")
-    @classmethod
-    def not_managed(cls, value: list[str]) -> list[str]:
-        for arg in value:
-            if arg.split("=", 1)[0] in ("--host", "--port"):
-                raise ValueError(f"{arg.split('=', 1)[0]} is set by thicket (the server listens on 127.0.0.1; use port)")
-        return value
-
-    def max_instances(self) -> int:
-        """`--max-instances` in args, else JVM_INSTANCES for a JVM family (rendered into its
-        args), else `thicket serve-env`'s default."""
-        for flag, value in zip(self.args, self.args[1:]):
-            if flag == "--max-instances" and value.isdigit():
-                return int(value)
-        for arg in self.args:
-            if arg.startswith("--max-instances=") and arg.split("=", 1)[1].isdigit():
-                return int(arg.split("=", 1)[1])
-        if self.family in JAVA_FAMILIES:
-            return JVM_INSTANCES
-        from thicket.envs.service import ServerConfig
-
-        return ServerConfig.max_instances
-
-
-def _node_selector(value: dict[str, str]) -> dict[str, str]:
-    for key, item in value.items():
-        if not qualified_name(key):
-            raise ValueError(f"{key!r} is not a valid label key")
-        if not label_value(item):
-            raise ValueError(f"{key}: {item!r} is not a valid label value")
-    return value
-
-
-def _queue(value: str | None) -> str | None:
-    if value is not None and not (label_value(value) and DNS_SUBDOMAIN.match(value)):
-        raise ValueError(f"{value!r} is not a valid Kueue queue name (a DNS-1123 name of at most 63 characters)")
-    return value
-
-
-NodeSelector = Annotated[dict[str, str], AfterValidator(_node_selector)]
-QueueName = Annotated[str | None, AfterValidator(_queue)]
-
-
-# Labels that GPU nodes carry (the GPU Operator's node feature discovery, GKE's accelerator pools,
-# EKS's accelerated node groups): the aggregation pods stay off nodes that carry any of them.
-GPU_NODE_LABELS = ("nvidia.com/gpu.present", "cloud.google.com/gke-accelerator", "k8s.amazonaws.com/accelerator")
-
-
-def _label_keys(value: list[str]) -> list[str]:
-    for key in value:
-        if not qualified_name(key):
-            raise ValueError(f"{key!r} is not a valid label key")
-    return value
-
-
-class AggregateSpec(ClusterModel):
-    enabled: bool = Field(True, description="render the aggregation Jobs")
-    node_selector: NodeSelector = Field(default_factory=dict)
-    tolerations: list[Toleration] = Field(default_factory=list)
-    avoid_node_labels: Annotated[list[str], AfterValidator(_label_keys)] = Field(
-        default_factory=lambda: list(GPU_NODE_LABELS),
-        description="the aggregation pods avoid nodes carrying any of these labels (a required nodeAffinity, "
-        "DoesNotExist): GPU nodes by default; [] to turn it off",
-    )
-    queue: QueueName = Field(None, description="Kueue LocalQueue for the aggregation Jobs")
-    backoff_limit: int = Field(2, ge=0, le=100)
-    active_deadline_s: int = Field(
-        6 * 3600, ge=60, description="each aggregation pod's deadline (activeDeadlineSeconds): it starts once "
-        "the rollout has finished, so this bounds the aggregation's own work only"
-    )
-
-
-class EphemeralStorage(ClusterModel):
-    """Local disk of each container: its /tmp emptyDir's sizeLimit, and (with LOG_ALLOWANCE for its
-    logs) its ephemeral-storage request and limit. A container past its limit is evicted by the kubelet
-    as a limit violation (which the Job counts), before it can fill the node's disk."""
-
-    worker: str = Field("2Gi", description="the worker's /tmp")
-    env: str = Field("2Gi", description="each env sidecar's /tmp")
-    vllm: str = Field("10Gi", description="vLLM's /tmp: torch.compile, Triton and CUDA-graph caches")
-    aggregate: str = Field("20Gi", description="the aggregation's /tmp")
-    model_cache: str | None = Field(
-        None, description="the per-pod model emptyDir when model_cache.claim is null (default: from the "
-        "model's size, 3 bytes a parameter + 4Gi, else 100Gi)"
-    )
-
-    @field_validator("worker", "env", "vllm", "aggregate", "model_cache")
-    @classmethod
-    def quantity(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_quantity(value)
-        return value
-
-
-JAVA_FAMILIES = frozenset({"scienceworld", "sciworld"})
-JVM_INSTANCES = 32  # a JVM family's sidecar: live instances by default (each holds its own JVM state)
-JVM_INSTANCE_MIB = 200  # memory of one ScienceWorld instance (its JVM heap and threads)
-JVM_BASE_MIB = 1024  # the sidecar's Python and the JVM itself
-JVM_MAX_MIB = 64 * 1024
 
 
 class ClusterSpec(ClusterModel):
@@ -359,7 +153,7 @@ class ClusterSpec(ClusterModel):
     @field_validator("pod_monitor_labels")
     @classmethod
     def monitor_labels(cls, value: dict[str, str]) -> dict[str, str]:
-        return _node_selector(value)
+        return checked_labels(value)
 
     @field_validator("shm_size")
     @classmethod

@@ -1,0 +1,142 @@
+"""A tree's checkpoint in storage: what is read back, and what is refused (another spec, another
+version, a gap, a broken segment) with a warning and never mixed in."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import logging
+
+import pytest
+
+from thicket.policy.base import Reply
+from thicket.rollout.checkpoint import (
+    CHECKPOINTS,
+    TreeCheckpoint,
+    checkpointed_tasks,
+    segment_key,
+    spec_fingerprint,
+)
+from thicket.spec import CheckpointSpec, parse_spec
+from thicket.storage.store import LocalStore
+
+SETTINGS = CheckpointSpec(every_calls=2)
+
+
+def reply(i: int) -> Reply:
+    return Reply(text=f"Thought: t{i}\nAction: a{i}", thought=f"t{i}", action=f"a{i}", token_ids=[i, i + 1],
+                 logprobs=[-0.5, -0.25], seed=i, temperature=0.7)
+
+
+def grown(store: LocalStore, fingerprint: str = "spec-a", proposes: int = 6) -> TreeCheckpoint:
+    """A checkpoint with `proposes` proposes of one reply each, saved every 2 calls."""
+    checkpoint = TreeCheckpoint.load(store, 3, fingerprint, SETTINGS)
+    for i in range(proposes):
+        asyncio.run(checkpoint.record(f"k{i}", [reply(i)]))
+    return checkpoint
+
+
+def test_replies_come_back_in_the_order_recorded_each_once(tmp_path):
+    store = LocalStore(tmp_path)
+    grown(store)
+    assert sorted(store.list(CHECKPOINTS)) == [segment_key(3, n) for n in range(3)]
+    back = TreeCheckpoint.load(store, 3, "spec-a", SETTINGS)
+    assert back.loaded_calls == 6 and back.segments == 3
+    assert back.take("k4") == [reply(4)]
+    assert back.take("k4") is None  # served once
+    assert back.unused_calls == 5
+    assert checkpointed_tasks(store) == {3}
+
+
+def test_the_same_propose_twice_is_served_in_order(tmp_path):
+    store = LocalStore(tmp_path)
+    checkpoint = TreeCheckpoint.load(store, 3, "spec-a", SETTINGS)
+    asyncio.run(checkpoint.record("same", [reply(1)]))
+    asyncio.run(checkpoint.record("same", [reply(2)]))
+    back = TreeCheckpoint.load(store, 3, "spec-a", SETTINGS)
+    assert [back.take("same"), back.take("same"), back.take("same")] == [[reply(1)], [reply(2)], None]
+
+
+def test_another_spec_s_checkpoint_is_ignored_with_a_warning_and_deleted(tmp_path, caplog):
+    store = LocalStore(tmp_path)
+    grown(store, "spec-a")
+    with caplog.at_level(logging.WARNING, "thicket.checkpoint"):
+        back = TreeCheckpoint.load(store, 3, "spec-b", SETTINGS)
+    assert back.loaded_calls == 0 and back.take("k0") is None
+    assert "written for another spec" in caplog.text
+    assert list(store.list(CHECKPOINTS)) == []  # the next save starts at segment 0
+
+
+def test_another_version_s_checkpoint_is_ignored(tmp_path, caplog, monkeypatch):
+    store = LocalStore(tmp_path)
+    monkeypatch.setattr("thicket.rollout.checkpoint.__version__", "0.0.1")
+    grown(store)
+    monkeypatch.undo()
+    with caplog.at_level(logging.WARNING, "thicket.checkpoint"):
+        assert TreeCheckpoint.load(store, 3, "spec-a", SETTINGS).loaded_calls == 0
+    assert "written for another thicket" in caplog.text
+
+
+@pytest.mark.parametrize("damage", ["garbage", "gap", "another task"])
+def test_a_damaged_segment_ends_the_checkpoint_there(tmp_path, caplog, damage):
+    store = LocalStore(tmp_path)
+    grown(store)
+    if damage == "garbage":
+        store.put(segment_key(3, 1), b"\x1f\x8b not gzip")
+    elif damage == "gap":
+        store.delete(segment_key(3, 1))
+    else:
+        store.put(segment_key(3, 1), _segment_of_task(tmp_path, 7))
+    with caplog.at_level(logging.WARNING, "thicket.checkpoint"):
+        back = TreeCheckpoint.load(store, 3, "spec-a", SETTINGS)
+    assert back.loaded_calls == 2 and back.segments == 1  # segment 0 only
+    assert sorted(store.list(CHECKPOINTS)) == [segment_key(3, 0)]
+    assert "ignored from there on" in caplog.text
+    asyncio.run(back.record("k9", [reply(9)]))
+    asyncio.run(back.record("k10", [reply(10)]))
+    assert sorted(store.list(CHECKPOINTS)) == [segment_key(3, 0), segment_key(3, 1)]
+
+
+def _segment_of_task(tmp_path, task: int) -> bytes:
+    other = LocalStore(tmp_path / "other")
+    checkpoint = TreeCheckpoint.load(other, task, "spec-a", SETTINGS)
+    asyncio.run(checkpoint.record("x", [reply(1)]))
+    asyncio.run(checkpoint.record("y", [reply(2)]))
+    return other.get(segment_key(task, 0))
+
+
+def test_a_failed_save_keeps_its_replies_for_the_next(tmp_path):
+    store = LocalStore(tmp_path)
+    checkpoint = TreeCheckpoint.load(store, 3, "spec-a", SETTINGS)
+    real_put = store.put
+    store.put = lambda *a, **k: (_ for _ in ()).throw(OSError("disk full"))  # type: ignore[method-assign]
+    asyncio.run(checkpoint.record("k0", [reply(0)]))
+    asyncio.run(checkpoint.record("k1", [reply(1)]))
+    assert checkpoint.unsaved_calls == 2 and checkpoint.segments == 0
+    store.put = real_put  # type: ignore[method-assign]
+    assert checkpoint.save()
+    back = TreeCheckpoint.load(store, 3, "spec-a", SETTINGS)
+    assert back.take("k0") == [reply(0)] and back.take("k1") == [reply(1)]
+
+
+def test_a_segment_is_a_header_line_and_one_line_per_propose(tmp_path):
+    store = LocalStore(tmp_path)
+    grown(store, proposes=2)
+    lines = gzip.decompress(store.get(segment_key(3, 0))).decode().splitlines()
+    header = json.loads(lines[0])
+    assert header["format"] == "thicket-checkpoint/1" and header["task"] == 3 and header["segment"] == 0
+    assert [json.loads(line)["key"] for line in lines[1:]] == ["k0", "k1"]
+
+
+def test_the_fingerprint_follows_what_shapes_a_tree_and_nothing_else():
+    base = {"name": "fp", "tasks": {"env": "frozenlake", "start": 0, "stop": 4}, "search": {"algorithm": "mcts"},
+            "policy": {"kind": "uniform"}, "output": "out"}
+    fingerprint = spec_fingerprint(parse_spec(base))
+    same = [{**base, "tasks": {**base["tasks"], "stop": 400}}, {**base, "run": {"trees_in_flight": 3}},
+            {**base, "policy": {"kind": "uniform", "latency_s": 0.5}}]
+    other = [{**base, "seed": 1}, {**base, "search": {"algorithm": "mcts", "iterations": 3}},
+             {**base, "tasks": {**base["tasks"], "env_args": {"size": 8}}},
+             {**base, "policy": {"kind": "uniform", "temperature": 0.5}}]
+    assert all(spec_fingerprint(parse_spec(s)) == fingerprint for s in same)
+    assert all(spec_fingerprint(parse_spec(s)) != fingerprint for s in other)
