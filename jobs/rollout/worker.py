@@ -178,8 +178,9 @@ class Worker:
                     if no_more() and growing == 0:
                         batcher.flush()  # no other tree will come to share a data file
                     outcome = self._finished(await self._committed(grown, commit))
-                    report.add(outcome)
+                    report.add(outcome)  # before any await: a lost server stops the other drains at once
                     bar.advance(outcome.nodes, outcome.solved)
+                    await self._close_checkpoint(outcome.task, committed=outcome.status is not TaskStatus.FAILED)
 
             # A tree waiting for its batch holds no slot: more drains than slots keep them all busy.
             drains = min(slots.ceiling + batcher.max_trees, todo.qsize()) or 1
@@ -254,16 +255,13 @@ class Worker:
         """The outcome once the tree's batch is written (at once for a tree that failed)."""
         outcome = grown.outcome
         if commit is None:
-            await self._close_checkpoint(outcome.task, committed=False)
             return outcome
         try:
             status = await commit
         except (BadInput, asyncio.CancelledError):
             raise
         except Exception as err:
-            await self._close_checkpoint(outcome.task, committed=False)
             return self._failed(outcome.task, err, outcome.seconds)
-        await self._close_checkpoint(outcome.task, committed=True)
         fields = {"task": outcome.task, "tree": outcome.task, "nodes": outcome.nodes, "commit": status.value,
                   "writer": self.writer_id}
         if status is CommitStatus.COMMITTED:
