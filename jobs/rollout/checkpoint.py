@@ -200,6 +200,7 @@ class GrowingTrees:
     store: Store
     spec: SweepSpec
     trees: dict[int, TreeCheckpoint] = field(default_factory=dict)
+    _stored: set[int] | None = None  # tasks with a checkpoint in storage (None: not listed yet)
     _stopped: bool = False
 
     def __post_init__(self) -> None:
@@ -210,6 +211,9 @@ class GrowingTrees:
         settings = self.spec.run.checkpoint
         if not settings.enabled:
             return None
+        if self._stored is not None and task not in self._stored:  # nothing to read: no list call
+            checkpoint = self.trees[task] = TreeCheckpoint(self.store, task, self.fingerprint, settings)
+            return checkpoint
         checkpoint = self.trees[task] = TreeCheckpoint.load(self.store, task, self.fingerprint, settings)
         if checkpoint.loaded_calls:
             log.info("task %d: resuming from its checkpoint (%d LLM replies)", task, checkpoint.loaded_calls,
@@ -219,8 +223,13 @@ class GrowingTrees:
     def close(self, task: int, committed: bool) -> None:
         """A committed tree's checkpoint is deleted; another's saved for the rerun."""
         checkpoint = self.trees.pop(task, None)
-        if checkpoint is not None:
-            checkpoint.discard() if committed else checkpoint.save()
+        if checkpoint is None:
+            return
+        if committed and checkpoint.unused_calls:
+            log.warning("task %d: %d replies of its checkpoint were not asked for again (the env or the policy "
+                        "answered otherwise than in the interrupted run)", task, checkpoint.unused_calls,
+                        extra={"task": task, "tree": task})
+        checkpoint.discard() if committed else checkpoint.save()
 
     def save_all(self) -> None:
         """Save every tree not committed yet: the worker is stopping (once; synchronous)."""
@@ -232,10 +241,13 @@ class GrowingTrees:
         log.warning("stopping: saved the checkpoints of %d of %d tree(s) not committed (%d LLM replies since "
                     "their last save)", saved, len(self.trees), unsaved, extra={"trees": saved})
 
-    def discard_committed(self, committed: set[int]) -> None:
-        """Checkpoints of these committed trees, left by a run that stopped before deleting them."""
-        for task in checkpointed_tasks(self.store) & committed:
+    def scan(self, committed: set[int]) -> None:
+        """List the stored checkpoints once; delete those of these committed trees (left by a run
+        that stopped before deleting them)."""
+        stored = checkpointed_tasks(self.store)
+        for task in stored & committed:
             TreeCheckpoint(self.store, task, self.fingerprint, self.spec.run.checkpoint).discard()
+        self._stored = stored - committed
 
     @contextlib.contextmanager
     def saved_on_sigterm(self) -> Iterator[None]:

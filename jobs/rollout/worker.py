@@ -147,7 +147,7 @@ class Worker:
         index_timeout = self.spec.run.index_timeout_s
         self._index_deadline = asyncio.get_running_loop().time() + index_timeout if index_timeout else None
         done_before = committed_task_ids(self.store)
-        await asyncio.to_thread(self._growing.discard_committed, done_before & set(tasks))
+        await asyncio.to_thread(self._growing.scan, done_before & set(tasks))
         report = WorkerReport([TaskOutcome(t, TaskStatus.SKIPPED) for t in tasks if t in done_before])
         metrics.TASKS_DONE.labels(TaskStatus.SKIPPED.value).inc(len(report.outcomes))
         todo = asyncio.Queue[int]()
@@ -239,10 +239,6 @@ class Worker:
             resumed_nodes=expander.resumed_nodes,
             resumed_calls=expander.resumed_calls,
         )
-        if checkpoint is not None and checkpoint.unused_calls:
-            log.warning("task %d: %d replies of its checkpoint were not asked for again (the env or the policy "
-                        "answered otherwise than in the interrupted run)", task, checkpoint.unused_calls,
-                        extra={"task": task, "tree": task})
         return GrownTree(outcome, table)
 
     async def _open_checkpoint(self, task: int) -> TreeCheckpoint | None:

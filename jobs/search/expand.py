@@ -41,8 +41,6 @@ class Expander:
     llm_calls: int = 0  # sampled replies, each one LLM request
     unstepped: int = 0  # replies asked for or in hand, not stepped yet: each will be a node
     journal: ReplyJournal | None = None  # replies paid for before (a resumed tree) and kept for later
-    resumed_calls: int = 0  # of llm_calls: served from the journal, no LLM asked
-    resumed_nodes: int = 0  # nodes whose reply came from the journal
     _messages: dict[Node, Messages] = field(default_factory=dict)
     _from_journal: dict[int, Reply] = field(default_factory=dict)  # id -> reply, until it is stepped
 
@@ -54,6 +52,16 @@ class Expander:
         tree = Tree.start(task, observation, seed, env.reward_semantics, env.data_source)
         await cursor.remember(tree.root)
         return cls(tree=tree, cursor=cursor, policy=policy, instructions=env.instructions, **settings)
+
+    @property
+    def resumed_calls(self) -> int:
+        """Of llm_calls: those served from the journal, no LLM asked."""
+        return sum(node.resumed_llm_calls for node in self.tree.nodes())
+
+    @property
+    def resumed_nodes(self) -> int:
+        """Nodes whose reply came from the journal."""
+        return sum(node.resumed for node in self.tree.nodes())
 
     def seed_for(self, node: Node, *salt: object) -> int:
         return propose_seed(self.tree.seed, self.tree.task, node.key, *salt)
@@ -118,7 +126,6 @@ class Expander:
         key = propose_key(messages, n, valid_actions=valid, seed=seed, temperature=temperature)
         replies = self.journal.take(key)
         if replies is not None:
-            self.resumed_calls += len(replies)
             node.resumed_llm_calls += len(replies)
             self._from_journal.update((id(reply), reply) for reply in replies)
             await asyncio.sleep(0)  # as a policy call would: proposes gathered together all ask before any steps
@@ -158,18 +165,15 @@ class Expander:
             try:
                 transition = await self.cursor.step_from(node, reply.action)
             except ActionFailed as err:
-                return self._resumed(self._error_leaf(node, reply, label, str(err), started), resumed)
+                child = self._error_leaf(node, reply, label, str(err), started)
+                child.resumed = resumed
+                return child
             env_ms = (time.perf_counter() - started) * 1000
             child = self.tree.add_child(node, reply, transition, env_ms)
             child.label = label
             await self.cursor.remember(child)
+        child.resumed = resumed
         classify(child, self.max_depth)
-        return self._resumed(child, resumed)
-
-    def _resumed(self, child: Node, resumed: bool) -> Node:
-        if resumed:
-            child.resumed = True
-            self.resumed_nodes += 1
         return child
 
     def _error_leaf(self, node: Node, reply: Reply, label: int, error: str, started: float) -> Node:
