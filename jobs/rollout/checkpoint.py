@@ -72,6 +72,7 @@ class TreeCheckpoint:
     _pending: list[tuple[str, list[Reply]]] = field(default_factory=list)
     _pending_calls: int = 0
     _last_save: float = field(default_factory=time.monotonic)
+    _not_before: float = 0.0  # after a failed save: the next is tried every_s later, not at each reply
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
@@ -130,6 +131,8 @@ class TreeCheckpoint:
             await asyncio.to_thread(self.save)
 
     def _due(self) -> bool:
+        if time.monotonic() < self._not_before:  # storage failing: a tree must not wait on it at each reply
+            return False
         return self._pending_calls >= self.settings.every_calls or (
             bool(self._pending) and time.monotonic() - self._last_save >= self.settings.every_s)
 
@@ -154,6 +157,7 @@ class TreeCheckpoint:
                 self.store.put(segment_key(self.task, self.segments), self._encode(batch))
             except Exception as err:
                 self._pending, self._pending_calls = batch + self._pending, calls + self._pending_calls
+                self._not_before = time.monotonic() + self.settings.every_s
                 log.warning("task %d: checkpoint not saved (%s); kept for the next save", self.task, err,
                             extra={"task": self.task, "tree": self.task})
                 return False
@@ -168,28 +172,35 @@ class TreeCheckpoint:
         return gzip.compress("\n".join(lines).encode(), compresslevel=1)
 
     def discard(self) -> None:
-        """Delete the tree's segments (it is committed: they are done with)."""
+        """Delete the tree's segments (it is committed: they are done with). It knows their keys,
+        so nothing is listed; one not deleted (storage down) is logged and left to the next run's
+        scan: the tree is committed either way."""
         with self._lock:
             self._pending, self._pending_calls = [], 0
-            self._delete(list(self.store.list(checkpoint_prefix(self.task))))
+            self._delete([segment_key(self.task, number) for number in range(self.segments)])
             self.segments = 0
 
     def _delete(self, keys: list[str]) -> None:
-        for key in keys:
-            try:
-                self.store.delete(key)
-            except Exception as err:
-                log.warning("task %d: could not delete checkpoint %s (%s)", self.task, key, err,
-                            extra={"task": self.task, "tree": self.task})
+        delete_segments(self.store, self.task, keys)
 
 
-def checkpointed_tasks(store: Store) -> set[int]:
-    """Tasks with a checkpoint in storage."""
-    tasks = set()
+def delete_segments(store: Store, task: int, keys: list[str]) -> None:
+    """Delete these segments of the task's checkpoint; one that fails is logged, not raised."""
+    for key in keys:
+        try:
+            store.delete(key)
+        except Exception as err:
+            log.warning("task %d: could not delete checkpoint %s (%s)", task, key, err,
+                        extra={"task": task, "tree": task})
+
+
+def checkpointed_tasks(store: Store) -> dict[int, list[str]]:
+    """Tasks with a checkpoint in storage, with their keys."""
+    tasks: dict[int, list[str]] = {}
     for key in store.list(CHECKPOINTS):
         name = key[len(CHECKPOINTS):].split("/", 1)[0]
         if name.startswith("task-") and name[5:].isdigit():
-            tasks.add(int(name[5:]))
+            tasks.setdefault(int(name[5:]), []).append(key)
     return tasks
 
 
@@ -245,9 +256,9 @@ class GrowingTrees:
         """List the stored checkpoints once; delete those of these committed trees (left by a run
         that stopped before deleting them)."""
         stored = checkpointed_tasks(self.store)
-        for task in stored & committed:
-            TreeCheckpoint(self.store, task, self.fingerprint, self.spec.run.checkpoint).discard()
-        self._stored = stored - committed
+        for task in stored.keys() & committed:
+            delete_segments(self.store, task, stored[task])
+        self._stored = stored.keys() - committed
 
     @contextlib.contextmanager
     def saved_on_sigterm(self) -> Iterator[None]:

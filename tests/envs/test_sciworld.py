@@ -12,7 +12,7 @@ import pytest
 from tests.support.scripted import reply
 from thicket.envs import make_env
 from thicket.envs.protocol import ActionFailed
-from thicket.envs.sciworld import ScienceWorldEnv, order_valid_actions, task_names
+from thicket.envs.sciworld import ScienceWorldEnv, canonical_listing, order_valid_actions, task_names
 from thicket.policy.base import Messages, Policy, Reply
 from thicket.search.expand import Expander
 from thicket.search.guard import Fault
@@ -152,7 +152,9 @@ async def test_sciworld_cancelled_step_is_not_an_action_failure(sciworld: Scienc
         deadline = time.monotonic() + 30
         while sciworld._steps == 0 and time.monotonic() < deadline:  # the thread finishes its step
             await asyncio.sleep(0.05)
-        assert sciworld._steps == 1
+        waited = time.monotonic() - deadline + 30
+        alive = sciworld._sim is not None and sciworld._sim.alive()
+        assert sciworld._steps == 1, f"steps {sciworld._steps} after {waited:.1f} s; JVM alive: {alive}"
     finally:
         sciworld.list_valid_actions = True
 
@@ -168,3 +170,23 @@ async def test_sciworld_dead_jvm_fails_the_action_and_the_next_reset_starts_a_ne
     assert sciworld._sim is None  # dropped: the next reset starts a fresh JVM
     obs = await sciworld.reset(0)
     assert obs.text.startswith("Your task is to boil water") and sciworld.sim is not sim
+
+
+ROOM = "This room is called the art studio. In it, you see: \n\ta substance called air\n\ta table. On the table is: a jug.\n{cups}\nYou also see:\n\tA door to the hallway"
+CUPS = ["\ta wood cup (containing red paint)", "\ta wood cup (containing blue paint)", "\ta wood cup (containing yellow paint)"]
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2), (2, 1, 0), (1, 2, 0)])
+def test_objects_of_one_name_are_listed_in_one_order_whatever_the_simulator_s(order):
+    text = canonical_listing(ROOM.format(cups="\n".join(CUPS[i] for i in order)))
+    assert text == ROOM.format(cups="\n".join(sorted(CUPS)))
+
+
+def test_the_listing_is_otherwise_left_as_the_simulator_wrote_it():
+    other_names = "In it, you see: \n\tan orange\n\ta table\n\ta cup (containing water)"
+    assert canonical_listing(other_names) == other_names  # the simulator's own order: by name
+    with_contents = "\ta box (containing b)\n\ta box (containing a)\n\t\ta key"  # the last box holds the key
+    assert canonical_listing(with_contents) == with_contents
+    untabbed = "b (x)\nb (a)"
+    assert canonical_listing(untabbed) == untabbed
+

@@ -46,7 +46,7 @@ def test_replies_come_back_in_the_order_recorded_each_once(tmp_path):
     assert back.take("k4") == [reply(4)]
     assert back.take("k4") is None  # served once
     assert back.unused_calls == 5
-    assert checkpointed_tasks(store) == {3}
+    assert {t: sorted(keys) for t, keys in checkpointed_tasks(store).items()} == {3: [segment_key(3, n) for n in range(3)]}
 
 
 def test_the_same_propose_twice_is_served_in_order(tmp_path):
@@ -109,15 +109,44 @@ def _segment_of_task(tmp_path, task: int) -> bytes:
 def test_a_failed_save_keeps_its_replies_for_the_next(tmp_path):
     store = LocalStore(tmp_path)
     checkpoint = TreeCheckpoint.load(store, 3, "spec-a", SETTINGS)
-    real_put = store.put
-    store.put = lambda *a, **k: (_ for _ in ()).throw(OSError("disk full"))  # type: ignore[method-assign]
-    asyncio.run(checkpoint.record("k0", [reply(0)]))
-    asyncio.run(checkpoint.record("k1", [reply(1)]))
-    assert checkpoint.unsaved_calls == 2 and checkpoint.segments == 0
+    real_put, attempts = store.put, []
+
+    def failing_put(*args, **kwargs):
+        attempts.append(args[0])
+        raise OSError("disk full")
+
+    store.put = failing_put  # type: ignore[method-assign]
+    for i in range(6):
+        asyncio.run(checkpoint.record(f"k{i}", [reply(i)]))
+    assert checkpoint.unsaved_calls == 6 and checkpoint.segments == 0
+    assert len(attempts) == 1  # tried again every_s later, not at each reply: the tree does not wait on storage
     store.put = real_put  # type: ignore[method-assign]
     assert checkpoint.save()
     back = TreeCheckpoint.load(store, 3, "spec-a", SETTINGS)
-    assert back.take("k0") == [reply(0)] and back.take("k1") == [reply(1)]
+    assert [back.take(f"k{i}") for i in range(6)] == [[reply(i)] for i in range(6)]
+
+
+def test_a_committed_tree_s_segments_are_deleted_those_loaded_and_those_saved_since(tmp_path):
+    store = LocalStore(tmp_path)
+    grown(store, proposes=4)  # an interrupted run's 2 segments
+    resumed = TreeCheckpoint.load(store, 3, "spec-a", SETTINGS)
+    asyncio.run(resumed.record("k9", [reply(9)]))
+    asyncio.run(resumed.record("k10", [reply(10)]))
+    assert resumed.segments == 3
+    resumed.discard()
+    assert list(store.list(CHECKPOINTS)) == []
+
+
+def test_storage_down_when_a_committed_tree_s_segments_are_deleted_is_a_warning(tmp_path, caplog):
+    store = LocalStore(tmp_path)
+    checkpoint = grown(store, proposes=4)
+
+    def down(*args, **kwargs):
+        raise OSError("endpoint gone")
+
+    store.list = store.delete = down  # type: ignore[method-assign]
+    checkpoint.discard()  # the tree is committed: its leftovers are the next run's scan's to delete
+    assert caplog.text.count("could not delete checkpoint") == 2
 
 
 def test_a_segment_is_a_header_line_and_one_line_per_propose(tmp_path):
