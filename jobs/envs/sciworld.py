@@ -10,9 +10,10 @@ a `load()` of the task (~0.3-1 s; the simulator's own `reset()` is no faster).
 
 Observation: at reset, the task description and the first "look around"; after a step,
 the simulator's text, with objects of the same name listed in sorted order (the simulator's
-order among them changes between JVMs and loads: `canonical_listing`). Valid actions: ScienceWorld lists every action-object combination
-it would accept (hundreds to ~8,000, mostly nonsense like "connect agent to air" or
-"focus on air"), and its own gold paths often use actions that are NOT in that list
+order among them changes between JVMs and loads: `canonical_listing`).
+
+Valid actions: ScienceWorld lists every action-object combination it would accept
+(hundreds to ~8,000, mostly nonsense like "connect agent to air" or "focus on air"), and its own gold paths often use actions that are NOT in that list
 (other referents, "examine X") - the parser accepts any text. So the list is a hint, not
 the action space, and this env:
   - drops "reset task" (it would restart the episode under the search's feet) and every

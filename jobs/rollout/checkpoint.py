@@ -85,7 +85,7 @@ class TreeCheckpoint:
             if problem:
                 log.warning("task %d: checkpoint %s ignored from there on: %s", task, key, problem,
                             extra={"task": task, "tree": task})
-                checkpoint._delete(keys[number:])
+                delete_segments(store, task, keys[number:])
                 break
             checkpoint.segments = number + 1
         return checkpoint
@@ -177,11 +177,8 @@ class TreeCheckpoint:
         scan: the tree is committed either way."""
         with self._lock:
             self._pending, self._pending_calls = [], 0
-            self._delete([segment_key(self.task, number) for number in range(self.segments)])
+            delete_segments(self.store, self.task, [segment_key(self.task, n) for n in range(self.segments)])
             self.segments = 0
-
-    def _delete(self, keys: list[str]) -> None:
-        delete_segments(self.store, self.task, keys)
 
 
 def delete_segments(store: Store, task: int, keys: list[str]) -> None:
