@@ -128,10 +128,12 @@ def main() -> None:
     parser.add_argument("--algorithms", nargs="+", default=list(SEARCHES), choices=list(SEARCHES))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="search_quality.json", help="the figures as JSON")
+    parser.add_argument("--vllm-arg", action="append", default=[], metavar="ARG",
+                        help="one more argument for vLLM's server, e.g. --vllm-arg=--enforce-eager (repeat)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="thicket-quality-") as scratch:
         model = Path(args.model_dir) if args.model_dir else copy_demo_model(Path(scratch) / "demo")
-        with VLLMServer(str(model), served_name=model.name, python=vllm_python(),
+        with VLLMServer(str(model), served_name=model.name, python=vllm_python(), extra_args=args.vllm_arg,
                         log_path=Path(scratch) / "vllm.log") as server:
             rows = []
             for algorithm in args.algorithms:
