@@ -16,7 +16,7 @@ recipe from one base policy, at the same generation budget, judged on goals the 
      eto      sample (ETO explores by sampling): DPO on trajectory pairs (`dpo`, kind trajectory)
      agent_r  mcts, mcts_pw (Agent-R): SFT on revision trajectories (`revision`) and good paths (`sft`)
      dense    dense (DensePolicy): DPO on step pairs (`dpo`, kind step)
-     tot_dpo  tot: DPO on its step pairs (`dpo`, kind step)
+     tot_dpo  tot, tot_rollout: DPO on its step pairs (`dpo`, kind step)
 4. Every pi1 and pi0 evaluated with thicket eval's path (`evaluate`) on the held-out goals; the
    gain in pass@1 over pi0, mean and sd over seeds, per 1,000 generation calls and per CPU-second.
 5. `--second-round ARM:RECIPE`: ETO's iterative step for that arm: pi1 explores (same budget, the
@@ -76,6 +76,7 @@ SMOKE = Plan((200, 204), range(300, 306), {**FULL.training, "steps": 2})  # the 
 RECIPES: dict[str, tuple[str, ...]] = {
     "sample": ("sft", "eto"),
     "tot": ("sft", "tot_dpo"),
+    "tot_rollout": ("sft", "tot_dpo"),
     "mcts": ("sft", "agent_r"),
     "mcts_pw": ("sft", "agent_r"),
     "dense": ("sft", "dense"),

@@ -1,6 +1,7 @@
 """Search quality: what each search buys per LLM call, for one model and one task set.
 
-Each algorithm (sample: ETO's independent trajectories; tot; mcts; dense) runs as a sweep
+Each algorithm (sample: ETO's independent trajectories; tot, and tot_rollout whose beam is valued by
+one simulated trajectory per node; mcts; mcts_pw; dense) runs as a sweep
 through the product's own path (`run_tasks`, then `aggregate`) on the same tasks of one env
 (TextCraft by default; any family with `--env`, e.g. webshop or alfworld with a policy trained on it),
 against one vLLM server, with the same budget of LLM calls per task (`search.max_llm_calls`).
@@ -46,6 +47,7 @@ from thicket.vllm_server import VLLMServer, metrics_url
 SEARCHES: dict[str, dict[str, object]] = {
     "sample": {"algorithm": "sample"},
     "tot": {"algorithm": "tot", "branching": 2, "beam": 4},
+    "tot_rollout": {"algorithm": "tot", "branching": 2, "beam": 4, "beam_score": "rollout"},
     "mcts": {"algorithm": "mcts", "iterations": 1000, "expansions": 4},
     "mcts_pw": {"algorithm": "mcts_pw", "iterations": 1000},
     "dense": {"algorithm": "dense", "width": 3, "run_budget": 1000, "target_pairs": 1000},
