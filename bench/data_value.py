@@ -236,7 +236,8 @@ def one_round(base: Path, arms: list[str], seeds: list[int], tasks: range, work:
                 trained = train(base, recipe, grown["datasets"], seed, model, plan)
                 score = pass_at_1(model, seed, plan) if "skipped" not in trained else None
                 row = {"seed": seed, "arm": arm, "recipe": recipe, "llm_calls": grown["llm_calls"],
-                       "generation_cpu_s": round(grown["cpu_s"], 1), "training": trained, "eval": score}
+                       "distinct_successes": grown["successes"], "generation_cpu_s": round(grown["cpu_s"], 1),
+                       "training": trained, "eval": score}
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     return rows
@@ -258,6 +259,22 @@ def gains(rows: list[dict[str, Any]], base: dict[int, float]) -> dict[str, dict[
             "seeds": len(runs), "gain": statistics.mean(gain), "gain_sd": statistics.stdev(gain) if len(gain) > 1 else 0.0,
             "gain_per_1k_calls": statistics.mean(per_call), "gain_per_cpu_s": statistics.mean(per_cpu)}
     return out
+
+
+def markdown(rows: list[dict[str, Any]], base: dict[int, float], gain: dict[str, dict[str, float]]) -> str:
+    """The table for bench/README.md: per arm and recipe, what it trained on and what it gained."""
+    lines = ["| arm | recipe | LLM calls a seed | distinct successes | rows trained | pass@1 per seed | gain over the base "
+             "(mean ± sd) | gain per 1k calls | gain per CPU-s |", "|---|---|---:|---:|---:|---|---:|---:|---:|"]
+    for name, g in gain.items():
+        arm, recipe = name.split("/")
+        runs = sorted((r for r in rows if (r["arm"], r["recipe"]) == (arm, recipe) and r["eval"]), key=lambda r: r["seed"])
+        per_seed = ", ".join(f"{r['eval']['pass_at_1']['mean']:.3f} ({r['eval']['pass_at_1']['mean'] - base[r['seed']]:+.3f})"
+                             for r in runs)
+        lines.append(f"| {arm} | {recipe} | {statistics.mean(r['llm_calls'] for r in runs):,.0f} | "
+                     f"{'/'.join(str(r.get('distinct_successes', '?')) for r in runs)} | "
+                     f"{'/'.join(str(r['training']['rows']) for r in runs)} | {per_seed} | "
+                     f"{g['gain']:+.3f} ± {g['gain_sd']:.3f} | {g['gain_per_1k_calls']:+.4f} | {g['gain_per_cpu_s']:+.6f} |")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -294,7 +311,8 @@ def main() -> None:
             pi2 = args.work / "round2" / f"s{seed}" / f"{arm}-{recipe}"
             trained = train(pi1, recipe, grown["datasets"], seed, pi2, plan)
             second.append({"seed": seed, "arm": arm, "recipe": recipe, "llm_calls": grown["llm_calls"],
-                           "generation_cpu_s": round(grown["cpu_s"], 1), "training": trained,
+                           "distinct_successes": grown["successes"], "generation_cpu_s": round(grown["cpu_s"], 1),
+                           "training": trained,
                            "eval": pass_at_1(pi2, seed, plan) if "skipped" not in trained else None})
             print(json.dumps(second[-1]), flush=True)
         result["round2"] = second
@@ -303,6 +321,10 @@ def main() -> None:
                  if (r["arm"], r["recipe"]) == (arm, recipe) and r["eval"]}
         result["round2_gains_over_pi1"] = gains([r for r in second if r["seed"] in first], first)
     Path(args.out).write_text(json.dumps(result, indent=1, default=str) + "\n")
+    print(markdown(rows, base_mean, result["gains"]))
+    if args.second_round:
+        print("\nRound two, gain over pi0:\n" + markdown(second, base_mean, result["round2_gains_over_pi0"]))
+        print("\nRound two, gain over pi1:\n" + markdown(second, first, result["round2_gains_over_pi1"]))
     print(f"\npi0 pass@1 {statistics.mean(base_mean.values()):.3f}; gain in pass@1 over pi0 (mean ± sd over seeds):")
     for name, g in result["gains"].items():
         print(f"  {name:<18} {g['gain']:+.3f} ± {g['gain_sd']:.3f}   {g['gain_per_1k_calls']:+.4f} per 1k calls   "
