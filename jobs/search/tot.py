@@ -56,7 +56,7 @@ async def simulate(expander: Expander, frontier: list[Node], params: ToTParams) 
     """One trajectory from each open node with no evaluated leaf below it, down to a terminal
     node. Together where the budgets pay for every one to its end; else one after another in
     frontier order, so which one the budget cuts does not depend on the server's timing."""
-    fresh = [node for node in frontier if not evaluated_below(node)]
+    fresh = [node for node in frontier if simulated_value(node) is None]
     longest = sum(expander.max_depth - node.depth for node in fresh)
     if expander.affordable() >= longest:
         await asyncio.gather(*(rollout(expander, node, params) for node in fresh))
@@ -73,21 +73,15 @@ async def rollout(expander: Expander, node: Node, params: ToTParams) -> None:
         node = children[0]
 
 
-def evaluated_below(node: Node) -> bool:
-    stack = [node]
-    while stack:
-        walker = stack.pop()
-        if walker.terminal and walker.stop.evaluated:
-            return True
-        stack.extend(walker.children)
-    return False
+def simulated_value(node: Node) -> float | None:
+    """The mean over the evaluated leaves below `node` (the tree's own values), None if none ended."""
+    average_values(node)
+    return node.value if node.visits else None
 
 
 def beam_value(node: Node, params: ToTParams) -> float:
-    if params.beam_score == "rollout":
-        average_values(node)
-        if node.visits:
-            return node.value
+    if params.beam_score == "rollout" and (value := simulated_value(node)) is not None:
+        return value
     return node.path_return
 
 
