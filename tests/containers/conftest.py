@@ -38,6 +38,23 @@ def images() -> Images:
     return Images.local(__version__)
 
 
+def preempt(pod: str, grace_s: int) -> None:
+    """Stop the pod as the kubelet preempts one: SIGTERM to every container, SIGKILL to any still
+    running after the grace period, and the pod's network kept until they have all ended.
+    `podman pod stop` (4.3) stops the infra container beside the others, which takes the network
+    away from a worker saving its trees (the rehearsal removes the pod once its worker ended)."""
+    infra = subprocess.run(["podman", "pod", "inspect", pod, "--format", "{{.InfraContainerID}}"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    running = subprocess.run(["podman", "ps", "--quiet", "--no-trunc", "--filter", f"pod={pod}"],
+                             capture_output=True, text=True, check=True).stdout.split()
+    containers = [c for c in running if c != infra]
+    assert containers, f"pod {pod} has no running container to preempt"
+    # One command: podman stops them in parallel. It may fail on a sidecar the rehearsal removed
+    # with the pod once the worker ended, which is fine.
+    subprocess.run(["podman", "stop", "--time", str(grace_s), *containers], capture_output=True,
+                   timeout=grace_s + 120)
+
+
 def rehearse(spec: Path, workdir: Path, *args: str, timeout: float = 1500) -> subprocess.CompletedProcess[str]:
     started = time.monotonic()
     done = subprocess.run([THICKET, "rehearse", str(spec), "--workdir", str(workdir), *args], cwd=ROOT,

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.containers.conftest import ROOT, THICKET, committed_trees, rehearsal_store, rehearse
+from tests.containers.conftest import ROOT, THICKET, committed_trees, preempt, rehearsal_store, rehearse
 from thicket.k8s.podman import S3_ACCESS, S3_PORT
 from thicket.rollout.checkpoint import CHECKPOINTS
 from thicket.shards.storage import committed_task_ids
@@ -135,8 +135,7 @@ def test_a_preempted_rollout_pod_saves_its_growing_trees_and_the_retried_pod_res
             time.sleep(0.5)
             with contextlib.suppress(Exception):  # the container and its bucket come up during the rehearsal
                 segments = list(local_s3_store(name).list(CHECKPOINTS))
-        # As the kubelet preempts a pod: SIGTERM to every container, SIGKILL after the grace period.
-        subprocess.run(["podman", "pod", "stop", "--time", "60", f"{name}-0"], check=True, capture_output=True)
+        preempt(f"{name}-0", grace_s=60)
         out, err = first.communicate(timeout=300)
     finally:
         first.kill()
