@@ -16,7 +16,9 @@ import builtins
 import functools
 import io
 import logging
+import math
 import os
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 from urllib.parse import urlparse
@@ -159,6 +161,7 @@ class S3Store(Store):
         self.client = make_client(self.settings)
         self.endpoint: str = self.client.meta.endpoint_url
         self.transfer = TransferConfig(multipart_threshold=MULTIPART_THRESHOLD, multipart_chunksize=PART_SIZE)
+        self._retry_until = math.inf
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled as its URI and settings (names of secrets, never secrets): a process that
@@ -287,6 +290,9 @@ class S3Store(Store):
         except Exception as err:
             raise self._error(what, err, retrying.statistics) from err
 
+    def retry_until(self, deadline: float) -> None:
+        self._retry_until = min(self._retry_until, deadline)
+
     def _give_up(self, startup: bool) -> Callable[[RetryCallState], bool]:
         """After retry_deadline_s; at start-up, also once nothing has listened for startup_connect_s."""
         deadline = stop_after_delay(self.settings.retry_deadline_s)
@@ -294,7 +300,8 @@ class S3Store(Store):
         def give_up(state: RetryCallState) -> bool:
             err = state.outcome.exception() if state.outcome else None
             waited = (state.seconds_since_start or 0.0) >= self.settings.startup_connect_s
-            return deadline(state) or (startup and waited and err is not None and nobody_listens(err) is not None)
+            stopping = time.monotonic() >= self._retry_until
+            return deadline(state) or stopping or (startup and waited and err is not None and nobody_listens(err) is not None)
 
         return give_up
 

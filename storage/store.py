@@ -85,6 +85,10 @@ class Store(ABC):
     def check(self) -> None:
         """Fail fast (StoreConfigError / StoreUnavailable) if the store cannot be used."""
 
+    def retry_until(self, deadline: float) -> None:
+        """From now on no call is retried past `deadline` (time.monotonic()): a stopping worker
+        has its grace period, not retry_deadline_s. A store that does not retry ignores it."""
+
 
 class LocalStore(Store):
     """A folder. Atomic puts: write a temporary file, fsync, then rename (or link,

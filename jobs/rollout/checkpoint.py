@@ -40,6 +40,7 @@ log = logging.getLogger("thicket.checkpoint")
 
 CHECKPOINTS = "checkpoints/"
 FORMAT = "thicket-checkpoint/1"
+UNWIND_S = 5.0  # of the grace period, left after the SIGTERM saves for the run to unwind
 
 
 def checkpoint_prefix(task: int) -> str:
@@ -239,11 +240,15 @@ class GrowingTrees:
                         extra={"task": task, "tree": task})
         checkpoint.discard() if committed else checkpoint.save()
 
-    def save_all(self) -> None:
-        """Save every tree not committed yet: the worker is stopping (once; synchronous)."""
+    def save_all(self, within_s: float | None = None) -> None:
+        """Save every tree not committed yet: the worker is stopping (once; synchronous). With
+        `within_s`, storage gives up retrying then: a save that cannot land in the grace period
+        is logged as not saved, rather than cut off by the SIGKILL that ends it."""
         if self._stopped or not self.trees:
             return
         self._stopped = True
+        if within_s is not None:
+            self.store.retry_until(time.monotonic() + within_s)
         unsaved = sum(c.unsaved_calls for c in self.trees.values())
         saved = sum(c.save() for c in list(self.trees.values()))
         log.warning("stopping: saved the checkpoints of %d of %d tree(s) not committed (%d LLM replies since "
@@ -268,7 +273,7 @@ class GrowingTrees:
         previous = signal.getsignal(signal.SIGTERM)
 
         def on_sigterm(signum: int, frame: object) -> None:
-            self.save_all()
+            self.save_all(within_s=max(1.0, self.spec.run.checkpoint.grace_s - UNWIND_S))
             signal.signal(signal.SIGTERM, previous)
             if callable(previous):
                 previous(signum, frame)

@@ -7,18 +7,22 @@ import asyncio
 import gzip
 import json
 import logging
+import time
 
 import pytest
 
+from tests.support.s3_server import free_port, use_endpoint
 from thicket.policy.base import Reply
 from thicket.rollout.checkpoint import (
     CHECKPOINTS,
+    GrowingTrees,
     TreeCheckpoint,
     checkpointed_tasks,
     segment_key,
     spec_fingerprint,
 )
 from thicket.spec import CheckpointSpec, parse_spec
+from thicket.storage import open_store
 from thicket.storage.store import LocalStore
 
 SETTINGS = CheckpointSpec(every_calls=2)
@@ -169,3 +173,21 @@ def test_the_fingerprint_follows_what_shapes_a_tree_and_nothing_else():
              {**base, "policy": {"kind": "uniform", "temperature": 0.5}}]
     assert all(spec_fingerprint(parse_spec(s)) == fingerprint for s in same)
     assert all(spec_fingerprint(parse_spec(s)) != fingerprint for s in other)
+
+
+def test_a_stopping_worker_s_saves_give_up_within_its_grace_period(monkeypatch, caplog):
+    # Storage down when the pod is preempted: nothing listens at the endpoint. Its calls retry for
+    # retry_deadline_s (300 s), past any grace period; a stopping save gives up when it ends.
+    use_endpoint(monkeypatch, f"http://127.0.0.1:{free_port()}")
+    store = open_store("s3://thicket/sweeps/stopping")
+    spec = parse_spec({"name": "stopping", "tasks": {"env": "frozenlake", "start": 0, "stop": 4},
+                       "search": {"algorithm": "mcts"}, "policy": {"kind": "uniform"}, "output": "out"})
+    growing = GrowingTrees(store, spec)
+    checkpoint = growing.trees[3] = TreeCheckpoint(store, 3, growing.fingerprint, CheckpointSpec(every_calls=100))
+    asyncio.run(checkpoint.record("k0", [reply(0)]))
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING):
+        growing.save_all(within_s=2)
+    assert time.monotonic() - started < 12
+    assert "stopping: saved the checkpoints of 0 of 1 tree(s)" in caplog.text
+    assert checkpoint.unsaved_calls == 1  # kept, as any failed save keeps its replies
