@@ -4,6 +4,7 @@ recipe from one base policy, at the same generation budget, judged on goals the 
     bash bench/trl_venv.sh                          # TRL in bench/.venv-trl (CPU torch)
     .venv/bin/python bench/data_value.py [--seeds 0 1 2] [--arms sample tot mcts mcts_pw dense]
                                          [--second-round ARM] [--out data_value.json]
+                                         [--work DIR] [--record bench/results/data_value]
 
 1. pi0: the demo policy's recipe (`thicket make-model --train textcraft`), its expert tasks with
    the evaluation goals held out (TextCraft's task i is goal i mod 419: goals, not indices).
@@ -21,6 +22,11 @@ recipe from one base policy, at the same generation budget, judged on goals the 
    gain in pass@1 over pi0, mean and sd over seeds, per 1,000 generation calls and per CPU-second.
 5. `--second-round ARM:RECIPE`: ETO's iterative step for that arm: pi1 explores (same budget, the
    next training tasks), pi2 trains from pi1 the same way, gain over pi1 and over pi0.
+
+Every step's figures are kept beside its output in --work (a stopped run resumes there) and under
+--record, in the repository, with pi0 itself (2.3 MB): a later session takes them from there. A
+pi0 made anew must hash the same as the one the kept figures were measured with, else the run
+stops rather than mix two base policies.
 """
 
 from __future__ import annotations
@@ -28,8 +34,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import hashlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -56,6 +64,7 @@ from search_quality import SEARCHES, machine, sweep_spec  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 TRL_PYTHON = ROOT / "bench" / ".venv-trl" / "bin" / "python"
 TRAINER = ROOT / "bench" / "trl_train.py"
+RECORD = ROOT / "bench" / "results" / "data_value"
 
 BUDGET = 64  # LLM calls a tree at most
 MAX_DEPTH = 12
@@ -83,15 +92,55 @@ RECIPES: dict[str, tuple[str, ...]] = {
 }
 
 
+@dataclass(frozen=True)
+class Keeping:
+    """Where each step's figures are kept: beside its output in the work folder, and under
+    `record` (in the repository) at the same relative path, so that a later session, on a
+    machine whose work folder is gone, takes them from there instead of making them again."""
+
+    work: Path
+    record: Path | None = None
+
+    def recorded(self, path: Path) -> Path | None:
+        if self.record is None or not path.is_relative_to(self.work):
+            return None
+        return self.record / path.relative_to(self.work)
+
+
+KEEPING = Keeping(Path(tempfile.gettempdir()) / "thicket-data-value")  # main() sets the run's
+
+
 def kept(path: Path, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """make()'s figures, kept in `path`: a rerun after a stop takes them instead of making them
     again (a sweep cut short resumes anyway: thicket skips the trees it committed)."""
-    if path.is_file():
-        return json.loads(path.read_text())
-    figures = make()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(figures, default=str) + "\n")
+    recorded = KEEPING.recorded(path)
+    sources = [source for source in (path, recorded) if source is not None and source.is_file()]
+    figures = json.loads(sources[0].read_text()) if sources else make()
+    for target in (path, recorded):
+        if target is not None and not target.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(json.dumps(figures, default=str) + "\n")
     return figures
+
+
+def weights_digest(model: Path) -> str:
+    parts = sorted(model.glob("*.safetensors"))
+    if not parts:
+        raise SystemExit(f"{model} holds no *.safetensors weights")
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.read_bytes())
+    return digest.hexdigest()
+
+
+def check_same_base(pi0: Path, work: Path) -> None:
+    """Figures kept by an earlier session were measured from its pi0: one retrained here must be
+    the same weights (the recipe is seeded), else they must not be mixed."""
+    digest = weights_digest(pi0)
+    recorded = kept(work / "pi0.weights.json", lambda: {"sha256": digest})["sha256"]
+    if recorded != digest:
+        raise SystemExit(f"pi0's weights (sha256 {digest[:12]}) differ from those the kept figures were measured "
+                         f"with ({recorded[:12]}): start from an empty --record folder")
 
 
 def rows_of(datasets: Path, name: str) -> list[dict[str, Any]]:
@@ -206,11 +255,23 @@ def _pass_at_1(model: Path, seed: int, plan: Plan) -> dict[str, Any]:
 
 
 def base_policy(work: Path, reuse: Path | None, plan: Plan) -> Path:
+    """pi0: `reuse`, else the work folder's, else the recorded one (2.3 MB, in the repository:
+    retraining with the same recipe and seed on another day's machine gave other weights), else
+    trained here and recorded."""
     if reuse is not None:
         return reuse
     pi0 = work / "pi0"
-    if (pi0 / "training.json").is_file():
-        return pi0  # made by an earlier run
+    recorded = KEEPING.recorded(pi0)
+    if not (pi0 / "training.json").is_file() and recorded is not None and (recorded / "training.json").is_file():
+        shutil.copytree(recorded, pi0, dirs_exist_ok=True)
+    if not (pi0 / "training.json").is_file():
+        train_base_policy(pi0, plan)
+    if recorded is not None and not (recorded / "training.json").is_file():
+        shutil.copytree(pi0, recorded, dirs_exist_ok=True)
+    return pi0
+
+
+def train_base_policy(pi0: Path, plan: Plan) -> None:
     low, high = plan.eval_goals
     # float32: bfloat16 autocast (the committed demo's) is ~13x slower on a CPU without native bf16,
     # and took over an hour here at nice 19 beside CI.
@@ -220,7 +281,6 @@ def base_policy(work: Path, reuse: Path | None, plan: Plan) -> Path:
     summary = train_demo_model(pi0, recipe, evaluate=False)
     print(f"pi0: {summary['conversations']} expert chats (goals {low}-{high - 1} held out), "
           f"{time.perf_counter() - started:.0f} s", flush=True)
-    return pi0
 
 
 def one_round(base: Path, arms: list[str], seeds: list[int], tasks: range, work: Path, plan: Plan,
@@ -285,13 +345,19 @@ def main() -> None:
     parser.add_argument("--second-round", metavar="ARM:RECIPE", help="ETO's second round for this arm's recipe")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "thicket-data-value")
     parser.add_argument("--out", default="data_value.json")
+    parser.add_argument("--record", type=Path, default=RECORD,
+                        help="also keep every step's figures here (the repository's copy, for a later session)")
     parser.add_argument("--smoke", action="store_true", help="6 training tasks, 4 eval goals, 2 steps: plumbing only")
     args = parser.parse_args()
     plan = SMOKE if args.smoke else FULL
     if not TRL_PYTHON.is_file():
         raise SystemExit("no bench/.venv-trl: run `bash bench/trl_venv.sh` first")
+    args.work = args.work.resolve()
     args.work.mkdir(parents=True, exist_ok=True)
+    global KEEPING
+    KEEPING = Keeping(args.work, None if args.smoke else args.record.resolve())
     pi0 = base_policy(args.work, args.pi0, plan)
+    check_same_base(pi0, args.work)
     base = {seed: pass_at_1(pi0, seed, plan) for seed in args.seeds}
     base_mean = {seed: figures["pass_at_1"]["mean"] for seed, figures in base.items()}
     print(f"pi0 pass@1 on held-out goals, per seed: {base_mean}", flush=True)
