@@ -123,6 +123,17 @@ def kept(path: Path, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     return figures
 
 
+def is_kept(path: Path) -> bool:
+    recorded = KEEPING.recorded(path)
+    return path.is_file() or (recorded is not None and recorded.is_file())
+
+
+def forget(path: Path) -> None:
+    for copy in (path, KEEPING.recorded(path)):
+        if copy is not None:
+            copy.unlink(missing_ok=True)
+
+
 def weights_digest(model: Path) -> str:
     parts = sorted(model.glob("*.safetensors"))
     if not parts:
@@ -195,9 +206,17 @@ class Served:
         return (tree_cpu_seconds(pid) if pid else 0.0) + own_cpu_seconds()
 
 
-def grow(policy_dir: Path, algorithm: str, tasks: range, seed: int, work: Path) -> dict[str, Any]:
-    """Trees of one search from a policy on `tasks`, aggregated: their datasets and what they cost."""
-    return kept(work / f"{algorithm}.grown.json", lambda: _grow(policy_dir, algorithm, tasks, seed, work))
+def grow(policy_dir: Path, algorithm: str, tasks: range, seed: int, work: Path, to_train: bool,
+         ) -> dict[str, Any]:
+    """Trees of one search from a policy on `tasks`, aggregated: their datasets and what they cost.
+    Kept figures whose datasets are gone (recorded from another machine's work folder) are grown
+    again when a model has still to train on them (`to_train`)."""
+    path = work / f"{algorithm}.grown.json"
+    figures = kept(path, lambda: _grow(policy_dir, algorithm, tasks, seed, work))
+    if to_train and not Path(figures["datasets"]).is_dir():
+        forget(path)
+        figures = kept(path, lambda: _grow(policy_dir, algorithm, tasks, seed, work))
+    return figures
 
 
 def _grow(policy_dir: Path, algorithm: str, tasks: range, seed: int, work: Path) -> dict[str, Any]:
@@ -216,8 +235,24 @@ def _grow(policy_dir: Path, algorithm: str, tasks: range, seed: int, work: Path)
             "wall_s": time.perf_counter() - started, "successes": stats["search_quality"]["distinct_successful_trajectories"]}
 
 
+def train_figures(model: Path) -> Path:
+    return model.parent / f"{model.name}.train.json"
+
+
+def still_to_train(model: Path, seed: int) -> bool:
+    """Whether the model has to be trained: never was, or was by a run whose work folder is gone
+    before its pass@1 was kept (its weights are not here: those training figures are forgotten)."""
+    figures = train_figures(model)
+    if not is_kept(figures):
+        return True
+    if is_kept(eval_figures(model, seed)) or (model / "config.json").is_file() or "skipped" in kept(figures, dict):
+        return False
+    forget(figures)
+    return True
+
+
 def train(base: Path, recipe: str, datasets: str, seed: int, out: Path, plan: Plan) -> dict[str, Any]:
-    return kept(out.parent / f"{out.name}.train.json", lambda: _train(base, recipe, Path(datasets), seed, out, plan))
+    return kept(train_figures(out), lambda: _train(base, recipe, Path(datasets), seed, out, plan))
 
 
 def _train(base: Path, recipe: str, datasets: Path, seed: int, out: Path, plan: Plan) -> dict[str, Any]:
@@ -240,7 +275,11 @@ def _train(base: Path, recipe: str, datasets: Path, seed: int, out: Path, plan: 
 
 def pass_at_1(model: Path, seed: int, plan: Plan) -> dict[str, Any]:
     """pass@1 on the held-out goals, thicket eval's path; kept beside the model."""
-    return kept(model.parent / f"{model.name}.eval-s{seed}.json", lambda: _pass_at_1(model, seed, plan))
+    return kept(eval_figures(model, seed), lambda: _pass_at_1(model, seed, plan))
+
+
+def eval_figures(model: Path, seed: int) -> Path:
+    return model.parent / f"{model.name}.eval-s{seed}.json"
 
 
 def _pass_at_1(model: Path, seed: int, plan: Plan) -> dict[str, Any]:
@@ -288,7 +327,9 @@ def one_round(base: Path, arms: list[str], seeds: list[int], tasks: range, work:
     rows = []
     for seed in seeds:
         for arm in arms:
-            grown = grow(base, arm, tasks, seed, work / f"s{seed}")
+            models = [work / f"s{seed}" / f"{arm}-{recipe}" for recipe in RECIPES[arm]]
+            to_train = [model for model in models if still_to_train(model, seed)]
+            grown = grow(base, arm, tasks, seed, work / f"s{seed}", bool(to_train))
             print(f"seed {seed} {arm}: {grown['llm_calls']} calls, {grown['successes']} distinct successes, "
                   f"{grown['cpu_s']:.0f} CPU-s", flush=True)
             for recipe in RECIPES[arm]:
@@ -349,6 +390,11 @@ def main() -> None:
                         help="also keep every step's figures here (the repository's copy, for a later session)")
     parser.add_argument("--smoke", action="store_true", help="6 training tasks, 4 eval goals, 2 steps: plumbing only")
     args = parser.parse_args()
+    if args.second_round:
+        arm, _, recipe = args.second_round.partition(":")
+        if recipe not in RECIPES.get(arm, ()):
+            parser.error(f"--second-round {args.second_round!r}: expected ARM:RECIPE, one of "
+                         f"{', '.join(f'{a}:{r}' for a, rs in RECIPES.items() for r in rs)}")
     plan = SMOKE if args.smoke else FULL
     if not TRL_PYTHON.is_file():
         raise SystemExit("no bench/.venv-trl: run `bash bench/trl_venv.sh` first")
@@ -361,6 +407,12 @@ def main() -> None:
     base = {seed: pass_at_1(pi0, seed, plan) for seed in args.seeds}
     base_mean = {seed: figures["pass_at_1"]["mean"] for seed, figures in base.items()}
     print(f"pi0 pass@1 on held-out goals, per seed: {base_mean}", flush=True)
+    if args.second_round:
+        for seed in args.seeds:  # round two explores with pi1's weights: one trained elsewhere is made again
+            pi1 = args.work / "round1" / f"s{seed}" / args.second_round.replace(":", "-")
+            if not (pi1 / "config.json").is_file():
+                forget(train_figures(pi1))
+                forget(eval_figures(pi1, seed))
     rows = one_round(pi0, args.arms, args.seeds, plan.train_tasks, args.work / "round1", plan)
     result: dict[str, Any] = {"date": datetime.date.today().isoformat(), "machine": machine(),
                               "smoke": args.smoke, "eval_goals": plan.eval_goals,
@@ -373,8 +425,8 @@ def main() -> None:
         tasks = range(plan.train_tasks.stop, plan.train_tasks.stop + len(plan.train_tasks))
         for seed in args.seeds:
             pi1 = args.work / "round1" / f"s{seed}" / f"{arm}-{recipe}"
-            grown = grow(pi1, arm, tasks, seed, args.work / "round2" / f"s{seed}")
             pi2 = args.work / "round2" / f"s{seed}" / f"{arm}-{recipe}"
+            grown = grow(pi1, arm, tasks, seed, args.work / "round2" / f"s{seed}", still_to_train(pi2, seed))
             trained = train(pi1, recipe, grown["datasets"], seed, pi2, plan)
             second.append({"seed": seed, "arm": arm, "recipe": recipe, "llm_calls": grown["llm_calls"],
                            "distinct_successes": grown["successes"], "generation_cpu_s": round(grown["cpu_s"], 1),
