@@ -59,6 +59,7 @@ from thicket.training.evaluate import pass_spec
 from thicket.vllm_server import VLLMServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kept import Kept  # noqa: E402
 from search_quality import SEARCHES, machine, sweep_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,46 +93,13 @@ RECIPES: dict[str, tuple[str, ...]] = {
 }
 
 
-@dataclass(frozen=True)
-class Keeping:
-    """Where each step's figures are kept: beside its output in the work folder, and under
-    `record` (in the repository) at the same relative path, so that a later session, on a
-    machine whose work folder is gone, takes them from there instead of making them again."""
-
-    work: Path
-    record: Path | None = None
-
-    def recorded(self, path: Path) -> Path | None:
-        if self.record is None or not path.is_relative_to(self.work):
-            return None
-        return self.record / path.relative_to(self.work)
-
-
-KEEPING = Keeping(Path(tempfile.gettempdir()) / "thicket-data-value")  # main() sets the run's
+KEPT = Kept(Path(tempfile.gettempdir()) / "thicket-data-value")  # main() sets the run's
 
 
 def kept(path: Path, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """make()'s figures, kept in `path`: a rerun after a stop takes them instead of making them
-    again (a sweep cut short resumes anyway: thicket skips the trees it committed)."""
-    recorded = KEEPING.recorded(path)
-    sources = [source for source in (path, recorded) if source is not None and source.is_file()]
-    figures = json.loads(sources[0].read_text()) if sources else make()
-    for target in (path, recorded):
-        if target is not None and not target.is_file():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(json.dumps(figures, default=str) + "\n")
-    return figures
-
-
-def is_kept(path: Path) -> bool:
-    recorded = KEEPING.recorded(path)
-    return path.is_file() or (recorded is not None and recorded.is_file())
-
-
-def forget(path: Path) -> None:
-    for copy in (path, KEEPING.recorded(path)):
-        if copy is not None:
-            copy.unlink(missing_ok=True)
+    """make()'s figures, kept in `path` (and recorded): a rerun after a stop takes them instead of
+    making them again (a sweep cut short resumes anyway: thicket skips the trees it committed)."""
+    return KEPT.figures(path, make)
 
 
 def weights_digest(model: Path) -> str:
@@ -214,7 +182,7 @@ def grow(policy_dir: Path, algorithm: str, tasks: range, seed: int, work: Path, 
     path = work / f"{algorithm}.grown.json"
     figures = kept(path, lambda: _grow(policy_dir, algorithm, tasks, seed, work))
     if to_train and not Path(figures["datasets"]).is_dir():
-        forget(path)
+        KEPT.forget(path)
         figures = kept(path, lambda: _grow(policy_dir, algorithm, tasks, seed, work))
     return figures
 
@@ -243,11 +211,11 @@ def still_to_train(model: Path, seed: int) -> bool:
     """Whether the model has to be trained: never was, or was by a run whose work folder is gone
     before its pass@1 was kept (its weights are not here: those training figures are forgotten)."""
     figures = train_figures(model)
-    if not is_kept(figures):
+    if not KEPT.has(figures):
         return True
-    if is_kept(eval_figures(model, seed)) or (model / "config.json").is_file() or "skipped" in kept(figures, dict):
+    if KEPT.has(eval_figures(model, seed)) or (model / "config.json").is_file() or "skipped" in kept(figures, dict):
         return False
-    forget(figures)
+    KEPT.forget(figures)
     return True
 
 
@@ -300,7 +268,7 @@ def base_policy(work: Path, reuse: Path | None, plan: Plan) -> Path:
     if reuse is not None:
         return reuse
     pi0 = work / "pi0"
-    recorded = KEEPING.recorded(pi0)
+    recorded = KEPT.copies(pi0)[1] if KEPT.record else None
     if not (pi0 / "training.json").is_file() and recorded is not None and (recorded / "training.json").is_file():
         shutil.copytree(recorded, pi0, dirs_exist_ok=True)
     if not (pi0 / "training.json").is_file():
@@ -400,8 +368,8 @@ def main() -> None:
         raise SystemExit("no bench/.venv-trl: run `bash bench/trl_venv.sh` first")
     args.work = args.work.resolve()
     args.work.mkdir(parents=True, exist_ok=True)
-    global KEEPING
-    KEEPING = Keeping(args.work, None if args.smoke else args.record.resolve())
+    global KEPT
+    KEPT = Kept(args.work, None if args.smoke else args.record.resolve())
     pi0 = base_policy(args.work, args.pi0, plan)
     check_same_base(pi0, args.work)
     base = {seed: pass_at_1(pi0, seed, plan) for seed in args.seeds}
@@ -411,8 +379,8 @@ def main() -> None:
         for seed in args.seeds:  # round two explores with pi1's weights: one trained elsewhere is made again
             pi1 = args.work / "round1" / f"s{seed}" / args.second_round.replace(":", "-")
             if not (pi1 / "config.json").is_file():
-                forget(train_figures(pi1))
-                forget(eval_figures(pi1, seed))
+                KEPT.forget(train_figures(pi1))
+                KEPT.forget(eval_figures(pi1, seed))
     rows = one_round(pi0, args.arms, args.seeds, plan.train_tasks, args.work / "round1", plan)
     result: dict[str, Any] = {"date": datetime.date.today().isoformat(), "machine": machine(),
                               "smoke": args.smoke, "eval_goals": plan.eval_goals,
