@@ -268,7 +268,7 @@ def base_policy(work: Path, reuse: Path | None, plan: Plan) -> Path:
     if reuse is not None:
         return reuse
     pi0 = work / "pi0"
-    recorded = KEPT.copies(pi0)[1] if KEPT.record else None
+    recorded = KEPT.recorded(pi0)
     if not (pi0 / "training.json").is_file() and recorded is not None and (recorded / "training.json").is_file():
         shutil.copytree(recorded, pi0, dirs_exist_ok=True)
     if not (pi0 / "training.json").is_file():
@@ -358,9 +358,9 @@ def main() -> None:
                         help="also keep every step's figures here (the repository's copy, for a later session)")
     parser.add_argument("--smoke", action="store_true", help="6 training tasks, 4 eval goals, 2 steps: plumbing only")
     args = parser.parse_args()
+    second_arm, _, second_recipe = (args.second_round or "").partition(":")
     if args.second_round:
-        arm, _, recipe = args.second_round.partition(":")
-        if recipe not in RECIPES.get(arm, ()):
+        if second_recipe not in RECIPES.get(second_arm, ()):
             parser.error(f"--second-round {args.second_round!r}: expected ARM:RECIPE, one of "
                          f"{', '.join(f'{a}:{r}' for a, rs in RECIPES.items() for r in rs)}")
     plan = SMOKE if args.smoke else FULL
@@ -377,7 +377,7 @@ def main() -> None:
     print(f"pi0 pass@1 on held-out goals, per seed: {base_mean}", flush=True)
     if args.second_round:
         for seed in args.seeds:  # round two explores with pi1's weights: one trained elsewhere is made again
-            pi1 = args.work / "round1" / f"s{seed}" / args.second_round.replace(":", "-")
+            pi1 = args.work / "round1" / f"s{seed}" / f"{second_arm}-{second_recipe}"
             if not (pi1 / "config.json").is_file():
                 KEPT.forget(train_figures(pi1))
                 KEPT.forget(eval_figures(pi1, seed))
@@ -388,7 +388,7 @@ def main() -> None:
                               "training": plan.training, "pi0": base, "round1": rows,
                               "gains": gains(rows, base_mean)}
     if args.second_round:
-        arm, recipe = args.second_round.split(":")
+        arm, recipe = second_arm, second_recipe
         second: list[dict[str, Any]] = []
         tasks = range(plan.train_tasks.stop, plan.train_tasks.stop + len(plan.train_tasks))
         for seed in args.seeds:

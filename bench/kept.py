@@ -16,11 +16,15 @@ class Kept:
     work: Path
     record: Path | None = None
 
-    def copies(self, path: Path) -> list[Path]:
-        """`path` (in the work folder) and its recorded copy, where it has one."""
+    def recorded(self, path: Path) -> Path | None:
+        """Where `path` (in the work folder) is recorded; None where nothing is."""
         if self.record is None or not path.is_relative_to(self.work):
-            return [path]
-        return [path, self.record / path.relative_to(self.work)]
+            return None
+        return self.record / path.relative_to(self.work)
+
+    def copies(self, path: Path) -> list[Path]:
+        recorded = self.recorded(path)
+        return [path] if recorded is None else [path, recorded]
 
     def figures(self, path: Path, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """make()'s figures, kept in `path` and recorded: a rerun takes them instead of making them."""
