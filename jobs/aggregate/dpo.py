@@ -9,7 +9,8 @@ step (DensePolicy-style): two sibling steps, each evaluated (visits >= min_visit
   leaves the budget, a timeout or an error cut carry no value), whose values differ by >= beta
   (and > 0); chosen = the higher value. Rewards are the two steps' values. Siblings with the same
   reply are one step (Steps: a search without dedupe samples a step again and again), its value
-  pooled over them.
+  pooled over them. Two steps with the same parsed action (their thoughts differ) make no pair,
+  unless thought_pairs is set and the env is deterministic (see same_action.py).
 Per tree, its trajectory pairs come first, then its step pairs.
 
 `chosen` and `rejected` messages carry a `loss` flag: true on the assistant's turns, false on the
@@ -19,8 +20,9 @@ them; TRL's DPOTrainer scores every completion token).
 `dpo_first_turn` holds step-level preferences, the variant TRL can use as it is: `chosen` and
 `rejected` are one assistant message each, two sibling steps. Its pairs are the steps where the
 `dpo` pairs part, each pair of steps once whatever its order in them, kept where the two steps'
-own values make a step pair (the gap, the visits, differing replies): the preference rests on the
-steps' values, never on the order of the pair it came from, and its rewards are those values.
+own values make a step pair (the gap, the visits, differing replies; actions as above): the
+preference rests on the steps' values, never on the order of the pair it came from, and its
+rewards are those values.
 
 Both datasets hold no prompt with A over B and B over A (see content.PairKeys: across the
 whole sweep, contradicting rows are dropped and repeated ones kept once, by the driver).
@@ -28,6 +30,7 @@ whole sweep, contradicting rows are dropped and repeated ones kept once, by the 
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +41,7 @@ from thicket.aggregate.content import ContentKeys, PairKeys
 from thicket.aggregate.forest import Forest, ranges, shared_depth
 from thicket.aggregate.pairs import grid_pairs
 from thicket.aggregate.params import DPOParams
+from thicket.aggregate.same_action import screen
 from thicket.aggregate.sft import successes
 
 
@@ -83,6 +87,9 @@ class Pairs:
     def none(cls) -> Pairs:
         nodes, rewards = np.zeros(0, dtype=np.int64), np.zeros(0)
         return cls(nodes, nodes, rewards, rewards)
+
+    def take(self, rows: np.ndarray) -> Pairs:
+        return Pairs(self.chosen[rows], self.rejected[rows], self.chosen_reward[rows], self.rejected_reward[rows])
 
 
 def failures(forest: Forest) -> np.ndarray:
@@ -142,7 +149,8 @@ def sibling_groups(forest: Forest, eligible: np.ndarray, values: np.ndarray,
     return kids, starts[keep], ends[keep]
 
 
-def step_pairs(forest: Forest, beta: float, min_visits: int) -> Pairs:
+def step_pairs(forest: Forest, beta: float, min_visits: int, thought_pairs: bool = False,
+               tally: Counter[str] | None = None) -> Pairs:
     """Pairs of sibling steps, in order: by parent, then by sibling order of (a, b). A step's
     values pooled over its duplicates span no more than its nodes' own values, so a forest
     whose siblings' values never span beta needs no pooling (nor its replies encoded)."""
@@ -154,7 +162,8 @@ def step_pairs(forest: Forest, beta: float, min_visits: int) -> Pairs:
     sizes = ends - starts
     first = ranges(starts, sizes)  # each kid of a group, then every later sibling as its partner
     later = np.repeat(ends, sizes) - first - 1
-    return oriented(steps, kids[np.repeat(first, later)], kids[ranges(first + 1, later)], beta, min_visits)[0]
+    pairs = oriented(steps, kids[np.repeat(first, later)], kids[ranges(first + 1, later)], beta, min_visits)[0]
+    return pairs.take(screen(forest, pairs.chosen, pairs.rejected, thought_pairs, tally, "dpo"))
 
 
 def oriented(steps: Steps, a: np.ndarray, b: np.ndarray, beta: float, min_visits: int) -> tuple[Pairs, np.ndarray]:
@@ -196,9 +205,9 @@ class PairRows:
     turns: np.ndarray
 
 
-def pair_rows(forest: Forest, params: DPOParams, chats: Chats) -> PairRows | None:
+def pair_rows(forest: Forest, params: DPOParams, chats: Chats, tally: Counter[str] | None = None) -> PairRows | None:
     trajectories = trajectory_pairs(forest, params.max_trajectory_pairs_per_task)
-    steps = step_pairs(forest, params.beta, params.min_visits)
+    steps = step_pairs(forest, params.beta, params.min_visits, params.thought_pairs, tally)
     if not len(trajectories) and not len(steps):
         return None
     kind, pairs = by_tree(forest, trajectories, steps)
@@ -218,16 +227,18 @@ class PreferenceRows:
 
 
 def dpo_tables(
-    forest: Forest, params: DPOParams, chats: Chats | None = None, keys: ContentKeys | None = None
+    forest: Forest, params: DPOParams, chats: Chats | None = None, keys: ContentKeys | None = None,
+    tally: Counter[str] | None = None,
 ) -> tuple[PreferenceRows | None, PreferenceRows | None]:
-    """The `dpo` and `dpo_first_turn` rows of a forest (None where it has none)."""
+    """The `dpo` and `dpo_first_turn` rows of a forest (None where it has none); same-action step
+    pairs counted in `tally` (see same_action.screen)."""
     chats = chats or Chats(forest)
-    rows = pair_rows(forest, params, chats)
+    rows = pair_rows(forest, params, chats, tally)
     if rows is None:
         return None, None
     keys = keys or ContentKeys.of(forest)
     full = PreferenceRows(pairs_table(forest, rows, chats), PairKeys.of(keys, rows.pairs.chosen, rows.pairs.rejected))
-    kind, steps = first_turn_pairs(forest, rows, params)
+    kind, steps = first_turn_pairs(forest, rows, params, tally)
     if not len(steps):
         return full, None
     first = PreferenceRows(first_turn_table(forest, kind, steps, chats), PairKeys.of(keys, steps.chosen, steps.rejected))
@@ -270,7 +281,8 @@ def pairs_table(forest: Forest, rows: PairRows, chats: Chats) -> pa.Table:
     )
 
 
-def first_turn_pairs(forest: Forest, rows: PairRows, params: DPOParams) -> tuple[pa.Array, Pairs]:
+def first_turn_pairs(forest: Forest, rows: PairRows, params: DPOParams,
+                     tally: Counter[str] | None = None) -> tuple[pa.Array, Pairs]:
     """The step pairs where the `dpo` pairs part, in the order of the first pair that parts
     there: each pair of sibling steps once, oriented by the steps' own values, kept where
     they make a step pair; (the kind of that first pair, the pairs)."""
@@ -282,7 +294,8 @@ def first_turn_pairs(forest: Forest, rows: PairRows, params: DPOParams) -> tuple
     _, first = np.unique(np.c_[low, high], axis=0, return_index=True)
     first = np.sort(first)
     pairs, kept = oriented(steps, low[first], high[first], params.beta, params.min_visits)
-    return rows.kind.take(pa.array(first[kept])), pairs
+    keep = screen(forest, pairs.chosen, pairs.rejected, params.thought_pairs, tally, "dpo_first_turn")
+    return rows.kind.take(pa.array(first[kept][keep])), pairs.take(keep)
 
 
 def first_turn_table(forest: Forest, kind: pa.Array, pairs: Pairs, chats: Chats) -> pa.Table:

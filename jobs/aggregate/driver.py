@@ -138,7 +138,8 @@ def build_forest(job: Job, forest: Forest) -> TreeOutput:
     chats = Chats(forest)  # shared: message texts gathered once per forest
     tables["sft"], tables["sft_fastchat"] = sft_tables(forest, job.params.sft, chats) or (None, None)
     keys: dict[str, PairKeys] = {}
-    for name, rows in zip(PREFERENCES, dpo_tables(forest, job.params.dpo, chats, ContentKeys.of(forest))):
+    preferences = dpo_tables(forest, job.params.dpo, chats, ContentKeys.of(forest), stats.same_action_pairs)
+    for name, rows in zip(PREFERENCES, preferences):
         tables[name] = None if rows is None else rows.table
         if rows is not None:
             keys[name] = rows.keys

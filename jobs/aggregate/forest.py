@@ -212,6 +212,20 @@ class Forest:
         encoded = pc.dictionary_encode(self.table.column("reply"), null_encoding="encode").combine_chunks()
         return encoded.indices.to_numpy(zero_copy_only=False)
 
+    @cached_property
+    def action_codes(self) -> np.ndarray:
+        """Per node, a code of its parsed action: equal codes, equal actions."""
+        encoded = pc.dictionary_encode(self.table.column("action"), null_encoding="encode").combine_chunks()
+        return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+
+    @cached_property
+    def deterministic(self) -> np.ndarray:
+        """Per node, whether its tree's env declared its transitions deterministic (Env.deterministic;
+        shards older than the column: not declared)."""
+        if "deterministic" not in self.table.column_names:
+            return np.zeros(self.size, dtype=bool)
+        return pc.fill_null(self.table.column("deterministic"), False).to_numpy(zero_copy_only=False).astype(bool)
+
     def row_ids(self, nodes: np.ndarray, *parts: pa.Array | str) -> pa.Array:
         """Per node, "task-{task:08d}/" of its tree, then `parts` (a string, or one per node)."""
         prefixes = pa.array([f"task-{t:08d}/" for t in self.tasks.tolist()], pa.string())

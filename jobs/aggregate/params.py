@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -15,12 +15,18 @@ class _Strict(BaseModel):
 
 class SFTParams(_Strict):
     min_reward: float | None = Field(None, description="a successful path's return must reach this (None: any)")
+    rows: Literal["best", "distinct"] = Field(
+        "best", description="per task, the best successful path (best), or the best of each distinct action "
+        "sequence that succeeded (distinct)")
 
 
 class DPOParams(_Strict):
     beta: float = Field(0.5, ge=0.0, description="step pairs: minimum value gap between siblings")
     min_visits: int = Field(1, ge=1, description="step pairs: evaluated leaves under each sibling, at least")
     max_trajectory_pairs_per_task: int = Field(4, ge=0, description="trajectory pairs (success vs failure) per task")
+    thought_pairs: bool = Field(
+        False, description="keep step pairs whose two sides take the same action (thought-level pairs) in envs "
+        "that declare themselves deterministic; elsewhere they are always dropped")
 
 
 class RevisionParams(_Strict):

@@ -1,6 +1,10 @@
-"""SFT: the best successful root-to-leaf path of each task, as a chat.
+"""SFT: successful root-to-leaf paths of each task, as chats.
 
-Best = highest return (sum of rewards on the path), then fewest steps, then lowest node id.
+Best = highest return (the path's return by the env's reward semantics), then fewest steps,
+then lowest node id. SFTParams.rows picks the paths: `best`, the best one per task; `distinct`,
+per task the best of each distinct action sequence that succeeded (paths are distinct when their
+parsed actions differ at some step, or they differ in length; replies differing only in their
+thoughts are one sequence). A task's rows come best first.
 Rows: TRL conversational `messages` (the exact chat the policy saw + the final assistant
 turn) and the same chat in FastChat's `conversations` layout.
 """
@@ -39,24 +43,44 @@ def successes(forest: Forest, min_reward: float | None = None) -> np.ndarray:
     return forest.ranked(np.flatnonzero(ok), -forest.returns, forest.depth)
 
 
-def sft_tables(forest: Forest, params: SFTParams, chats: Chats | None = None) -> tuple[pa.Table, pa.Table] | None:
+def first_per_tree(forest: Forest, ranked: np.ndarray) -> np.ndarray:
+    return ranked[np.diff(forest.tree_of[ranked], prepend=-1) != 0]
+
+
+def first_per_action_path(forest: Forest, ranked: np.ndarray) -> np.ndarray:
+    """Of nodes grouped by tree, the first of each (tree, action sequence from the root), in order."""
+    if not len(ranked):
+        return ranked
+    paths = forest.action_codes[forest.ancestors(ranked)]
+    depth = forest.depth[ranked]
+    paths[np.arange(paths.shape[1])[None, :] > depth[:, None]] = -1
+    _, first = np.unique(np.column_stack([forest.tree_of[ranked], depth, paths]), axis=0, return_index=True)
+    return ranked[np.sort(first)]
+
+
+def selected(forest: Forest, params: SFTParams) -> np.ndarray:
+    """The successful nodes whose paths make SFT rows, grouped by tree, each tree's best first."""
     ranked = successes(forest, params.min_reward)
-    best = ranked[np.diff(forest.tree_of[ranked], prepend=-1) != 0]  # the first of each tree
-    if not len(best):
+    return first_per_tree(forest, ranked) if params.rows == "best" else first_per_action_path(forest, ranked)
+
+
+def sft_tables(forest: Forest, params: SFTParams, chats: Chats | None = None) -> tuple[pa.Table, pa.Table] | None:
+    leaves = selected(forest, params)
+    if not len(leaves):
         return None
     chats = chats or Chats(forest)
-    depth = forest.depth[best]
-    upto_reply = chats.cut(chats.turns(forest.ancestors(best)), np.zeros_like(depth), 2 * depth + 1)
+    depth = forest.depth[leaves]
+    upto_reply = chats.cut(chats.turns(forest.ancestors(leaves)), np.zeros_like(depth), 2 * depth + 1)
     messages = chats.column(upto_reply)
-    ids = forest.row_ids(best, "node-", forest.names(best))
-    tree = forest.tree_of[best]
+    ids = forest.row_ids(leaves, "node-", forest.names(leaves))
+    tree = forest.tree_of[leaves]
     sft = pa.table(
         {
             "id": ids,
             "task": forest.tasks[tree],
             "tree": forest.trees[tree],
-            "leaf": forest.local(best).astype(np.int32),
-            "reward": forest.returns[best].astype(np.float32),
+            "leaf": forest.local(leaves).astype(np.int32),
+            "reward": forest.returns[leaves].astype(np.float32),
             "steps": depth.astype(np.int32),
             "messages": messages,
         },

@@ -46,6 +46,7 @@ COLUMNS = (
     "path_return",
     "reward_semantics",
     "data_source",
+    "deterministic",
     "success",
     "stop_reason",
     "value",
@@ -56,8 +57,8 @@ COLUMNS = (
     "resumed_llm_calls",
     "resumed",
 )
-LATER_COLUMNS = ("llm_calls", "llm_tokens", "path_return", "reward_semantics", "data_source", "prefill_start",
-                 "prefill_len", "resumed_llm_calls", "resumed")  # absent from older shards: read as nulls
+LATER_COLUMNS = ("llm_calls", "llm_tokens", "path_return", "reward_semantics", "data_source", "deterministic",
+                 "prefill_start", "prefill_len", "resumed_llm_calls", "resumed")  # absent from older shards: read as nulls
 # Read as dictionaries: the system prompt is the same long text on every row of a tree, and
 # decoding it to plain strings (then concatenating them into a forest) was most of the
 # reading time of real trees.

@@ -44,6 +44,7 @@ class SweepStats:
     algorithms: Counter[str] = field(default_factory=Counter)
     # What the datasets' row counts don't say:
     dpo_kinds: Counter[str] = field(default_factory=Counter)
+    same_action_pairs: Counter[str] = field(default_factory=Counter)  # "{dataset}/{dropped|kept}" (same_action.py)
     revision_methods: Counter[str] = field(default_factory=Counter)
     tokens_skipped: Counter[str] = field(default_factory=Counter)
     quality: SearchQuality = field(default_factory=SearchQuality)
@@ -119,6 +120,9 @@ class SweepStats:
             "algorithms": dict(sorted(self.algorithms.items())),
             "datasets": dict(sorted(datasets.items())),
             "dpo_pairs": {kind: self.dpo_kinds[kind] for kind in ("step", "trajectory")},
+            "preference_rows_same_action": {name: {what: self.same_action_pairs[f"{name}/{what}"]
+                                                   for what in ("dropped", "kept")}
+                                            for name in ("dpo", "dpo_first_turn")},
             "revision_methods": dict(sorted(self.revision_methods.items())),
             "tokens_skipped": {why: self.tokens_skipped[why]
                                for why in ("no_token_ids", "not_append_only", "prefill_unknown")},

@@ -30,6 +30,7 @@ MAX_ROWS = 50_000
 MAX_BYTES = 64 << 20  # of Arrow data in memory per dataset; parts compress to well under this
 COMPACT_AFTER = 256  # buffered tables (one per forest) merged into one past this many
 PARTS_IN_FLIGHT = 2  # per dataset, encoded and put at once (by as many threads)
+CONTENT_DIGITS = 16  # of a part's SHA-256 in its name
 
 
 @dataclass(frozen=True)
@@ -51,12 +52,24 @@ def put_file(store: Store, path: str, data: bytes, rows: int | None = None) -> W
     return WrittenFile(path, hashlib.sha256(data).hexdigest(), len(data), rows)
 
 
+def part_path(dataset: str, index: int, data: bytes) -> str:
+    """A part's path, named by its content: `sft/part-00000-<sha256 prefix>.parquet`. The dataset
+    card lists these exact paths, and HF `datasets` keys its cache on the card's data files, so
+    two sweeps' (or two aggregations') different rows never share a cache entry."""
+    return f"{dataset}/part-{index:05d}-{hashlib.sha256(data).hexdigest()[:CONTENT_DIGITS]}.parquet"
+
+
+def put_part(store: Store, dataset: str, index: int, data: bytes, rows: int) -> WrittenFile:
+    return put_file(store, part_path(dataset, index, data), data, rows)
+
+
 def keep_rows(store: Store, files: list[WrittenFile], keep: np.ndarray, encoding: Encoding) -> list[WrittenFile]:
     """A dataset's parts (in row order) rewritten without the rows `keep` says to drop (a
-    part left with no rows is deleted); parts that lose no row stay as they are."""
+    rewritten part gets its new content's name; a part left with no rows is deleted); parts
+    that lose no row stay as they are."""
     out: list[WrittenFile] = []
     start = 0
-    for part in files:
+    for index, part in enumerate(files):
         rows = int(part.rows or 0)
         mask = keep[start : start + rows]
         start += rows
@@ -67,7 +80,8 @@ def keep_rows(store: Store, files: list[WrittenFile], keep: np.ndarray, encoding
             store.delete(DATASETS + part.path)
             continue
         table = pq.read_table(pa.BufferReader(store.get(DATASETS + part.path))).filter(pa.array(mask))
-        out.append(put_file(store, part.path, encoding.parquet(table), table.num_rows))
+        out.append(put_part(store, part.path.split("/")[0], index, encoding.parquet(table), table.num_rows))
+        store.delete(DATASETS + part.path)
     if start != len(keep):
         raise ValueError(f"keep_rows: {len(keep)} flags for {start} rows of parts")
     return out
@@ -149,20 +163,20 @@ class DatasetWriter:
         return max(1, min(take, int(self.max_bytes * buffered.num_rows / buffered.nbytes)))
 
     def _write(self, table: pa.Table) -> None:
-        path = f"{self.name}/part-{self.parts:05d}.parquet"
+        index = self.parts
         self.parts += 1
         self.rows += table.num_rows
         if self.pool is None:
             done: Future[WrittenFile] = Future()
-            done.set_result(self._encode_and_put(path, table))
+            done.set_result(self._encode_and_put(index, table))
             self._written.append(done)
             return
         if len(self._written) >= self.in_flight:
             self._written[-self.in_flight].result()  # at most in_flight parts of this dataset at once
-        self._written.append(self.pool.submit(self._encode_and_put, path, table))
+        self._written.append(self.pool.submit(self._encode_and_put, index, table))
 
-    def _encode_and_put(self, path: str, table: pa.Table) -> WrittenFile:
-        return put_file(self.store, path, self.encoding.parquet(table), table.num_rows)
+    def _encode_and_put(self, index: int, table: pa.Table) -> WrittenFile:
+        return put_part(self.store, self.name, index, self.encoding.parquet(table), table.num_rows)
 
 
 class Datasets:

@@ -169,6 +169,7 @@ def describe_view(image: np.ndarray, mission: str, carrying: WorldObj | None) ->
 class BabyAIEnv(SyncEnv):
     family = "babyai"
     can_snapshot = True
+    deterministic = True  # the levels' randomness is all in reset(seed)
 
     def __init__(self, levels: list[str] | tuple[str, ...] | None = None) -> None:
         _minigrid()

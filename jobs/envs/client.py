@@ -63,6 +63,7 @@ class FamilyInfo:
     can_snapshot: bool
     reward_semantics: RewardSemantics = RewardSemantics.INCREMENT
     data_source: str | None = None
+    deterministic: bool = False  # older servers do not say: not declared
 
 
 class EnvClient:
@@ -189,7 +190,8 @@ class EnvClient:
                               f"(reward_semantics {semantics!r}); run a thicket serve-env of this version")
         source = payload.get("data_source")
         return FamilyInfo(family, str(payload["instructions"]), bool(payload["can_snapshot"]),
-                          RewardSemantics(semantics), None if source is None else str(source))
+                          RewardSemantics(semantics), None if source is None else str(source),
+                          payload.get("deterministic") is True)
 
     async def env(self, family: str, env_args: dict[str, Any] | None = None,
                   adapter: Adapter = Adapter.THICKET) -> RemoteEnv:
@@ -199,7 +201,7 @@ class EnvClient:
         if adapter is Adapter.THICKET:
             info = await self.describe(family, env_args)
             return ThicketDialect(family, env_args, info.instructions, info.can_snapshot, info.reward_semantics,
-                                  info.data_source)
+                                  info.data_source, info.deterministic)
         if family not in AGENTGYM_DIALECTS:
             raise BadInput(f"no AgentGym adapter for {family!r}; expected one of {', '.join(AGENTGYM_DIALECTS)}")
         return AGENTGYM_DIALECTS[family](family, env_args)

@@ -30,6 +30,7 @@ class Dialect:
     reward_semantics = RewardSemantics.INCREMENT  # AgentGym's sciworld score is made increments below
     actions_route: str | None = None  # GET route listing the valid actions, where steps lack them
     data_source: str | None = None  # AgentGym's servers do not say
+    deterministic = False  # nor whether their transitions are
     default_instructions = "Interact with a text environment: reply with one action per turn."
 
     def __init__(self, family: str, env_args: dict[str, Any], instructions: str | None = None) -> None:
@@ -73,11 +74,13 @@ class ThicketDialect(Dialect):
     resend_safe = True  # ids are never reused and request ids make steps idempotent
 
     def __init__(self, family: str, env_args: dict[str, Any], instructions: str, can_snapshot: bool,
-                 reward_semantics: RewardSemantics, data_source: str | None = None) -> None:
+                 reward_semantics: RewardSemantics, data_source: str | None = None,
+                 deterministic: bool = False) -> None:
         super().__init__(family, env_args, instructions)
         self.snapshots = can_snapshot
         self.reward_semantics = reward_semantics
         self.data_source = data_source
+        self.deterministic = deterministic
 
     def create_body(self, task: int) -> dict[str, Any]:
         return {"family": self.family, "env_args": self.env_args, "data_idx": task, "snapshot": self.snapshots}

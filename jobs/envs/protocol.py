@@ -62,6 +62,10 @@ class Env(ABC):
     # Where the tasks come from, for families that play other data than one fixed set of their own
     # (WebShop's files or a generated catalogue...): the dataset card says it. None: the family's own.
     data_source: str | None = None
+    # Whether a state and an action fix the next state, reward and observation (no slippery ice, no
+    # sampled outcomes): two replies with the same action then reach the same state. False: stochastic,
+    # or not declared. Instances may set it from their args (FrozenLake's is_slippery).
+    deterministic: bool = False
 
     @property
     @abstractmethod

@@ -72,6 +72,7 @@ class RemoteEnv(Env):
         self.can_snapshot = dialect.snapshots  # type: ignore[misc]
         self.reward_semantics = dialect.reward_semantics  # type: ignore[misc]
         self.data_source = dialect.data_source
+        self.deterministic = dialect.deterministic
         self.instance: int | None = None
         self._connection_errors = client.connection_errors
         self._at: _Position | None = None  # None before the first reset

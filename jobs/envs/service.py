@@ -304,7 +304,8 @@ class EnvService:
             env = build_env(family, env_args)
         try:
             payload = {"family": family, "instructions": env.instructions, "can_snapshot": env.can_snapshot,
-                       "reward_semantics": env.reward_semantics.value, "data_source": env.data_source}
+                       "reward_semantics": env.reward_semantics.value, "data_source": env.data_source,
+                       "deterministic": env.deterministic}
         finally:
             await env.close()
         return json_response(payload)

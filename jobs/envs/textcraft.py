@@ -316,6 +316,7 @@ def gold_path(task: Task) -> list[str] | None:
 class TextCraftEnv(SyncEnv):
     family = "textcraft"
     can_snapshot = True
+    deterministic = True  # a task's randomness is all in its making
 
     def __init__(self) -> None:
         self._game = copy.copy(_prototype())

@@ -192,6 +192,7 @@ class FrozenLakeText(ToyTextEnv):
         super().__init__(is_slippery=is_slippery, max_episode_steps=limit)
         self.size = size
         self.is_slippery = is_slippery
+        self.deterministic = not is_slippery
 
     @property
     def instructions(self) -> str:
@@ -246,6 +247,7 @@ class CliffWalkingText(ToyTextEnv):
         # gymnasium registers CliffWalking-v1 without a time limit; search bounds depth.
         super().__init__(is_slippery=is_slippery)
         self.is_slippery = is_slippery
+        self.deterministic = not is_slippery
 
     @property
     def instructions(self) -> str:
@@ -298,6 +300,7 @@ class TaxiText(ToyTextEnv):
         super().__init__(is_rainy=is_rainy, fickle_passenger=fickle_passenger)
         self.is_rainy = is_rainy
         self.fickle_passenger = fickle_passenger
+        self.deterministic = not (is_rainy or fickle_passenger)
 
     @property
     def instructions(self) -> str:

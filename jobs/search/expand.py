@@ -49,7 +49,7 @@ class Expander:
                    guard: ContentGuard | None = None, **settings) -> Expander:
         cursor = EnvCursor(env, task, guard)
         observation = await cursor.reset()
-        tree = Tree.start(task, observation, seed, env.reward_semantics, env.data_source)
+        tree = Tree.start(task, observation, seed, env.reward_semantics, env.data_source, env.deterministic)
         await cursor.remember(tree.root)
         return cls(tree=tree, cursor=cursor, policy=policy, instructions=env.instructions, **settings)
 

@@ -106,12 +106,15 @@ class Tree:
     size: int = 1  # nodes so far
     reward_semantics: RewardSemantics = RewardSemantics.INCREMENT
     data_source: str | None = None  # the env's (None: its family's own tasks)
+    deterministic: bool = False  # the env's transitions are (Env.deterministic)
 
     @classmethod
     def start(cls, task: int, observation: Observation, seed: int,
-              reward_semantics: RewardSemantics = RewardSemantics.INCREMENT, data_source: str | None = None) -> Tree:
+              reward_semantics: RewardSemantics = RewardSemantics.INCREMENT, data_source: str | None = None,
+              deterministic: bool = False) -> Tree:
         root = Node(parent=None, index=0, depth=0, observation=observation)
-        return cls(task=task, root=root, seed=seed, reward_semantics=reward_semantics, data_source=data_source)
+        return cls(task=task, root=root, seed=seed, reward_semantics=reward_semantics, data_source=data_source,
+                   deterministic=deterministic)
 
     def add_child(self, parent: Node, reply: Reply, transition: Transition, env_ms: float = 0.0) -> Node:
         child = Node(

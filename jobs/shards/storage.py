@@ -80,6 +80,7 @@ TREE_SCHEMA = pa.schema(
         ("path_return", pa.float32()),
         ("reward_semantics", pa.string()),  # increment | running (the env family's)
         ("data_source", pa.string()),  # where the env's tasks came from; null: its family's own (and older shards)
+        ("deterministic", pa.bool_()),  # the env declared its transitions deterministic; null in older shards
         ("done", pa.bool_()),
         ("success", pa.bool_()),
         ("terminal", pa.bool_()),

@@ -120,6 +120,7 @@ def tree_table(tree: Tree, meta: TreeMeta) -> pa.Table:
             path_return=node.path_return,
             reward_semantics=tree.reward_semantics.value,
             data_source=tree.data_source,
+            deterministic=tree.deterministic,
             done=node.done,
             success=node.success,
             terminal=node.terminal,

@@ -107,3 +107,36 @@ def test_without_sft_rows_the_first_non_empty_dataset_is_the_default(tmp_path):
     card = (out / "README.md").read_text()
     assert [c["config_name"] for c in front_matter(card)["configs"] if c.get("default")] == ["dpo"]
     assert "The default config is `dpo` (`sft` is empty: the first non-empty dataset)" in card
+
+
+def test_every_table_row_of_the_card_has_as_many_cells_as_its_header(tmp_path):
+    """GFM splits a cell at every unescaped `|`, code spans included, and a renderer drops the cells past
+    the header's count without a word: the `kind` row ("trajectory | step") lost its meaning so. The
+    parser (markdown-it, GFM tables) finds the tables and their rows; each row's source line is counted."""
+    import re
+
+    from markdown_it import MarkdownIt
+
+    sweep = synthetic_sweep(tmp_path)
+    aggregate(str(sweep), workers=0)
+    card = (sweep / "datasets" / "README.md").read_text()
+    body = card.split("---\n", 2)[2]
+    lines = body.splitlines()
+    tokens = MarkdownIt("commonmark").enable("table").parse(body)
+    rows = [lines[t.map[0]] for t in tokens if t.type == "tr_open"]
+    tables = sum(t.type == "table_open" for t in tokens)
+    assert tables >= 7 and len(rows) > 60  # the summary table and one column table per dataset
+
+    def cells(line: str) -> int:
+        return len(re.split(r"(?<!\\)\|", line.strip().strip("|")))
+
+    header = 0
+    for token in tokens:
+        if token.type == "thead_open":
+            header = 0
+        if token.type == "tr_open":
+            count = cells(lines[token.map[0]])
+            header = header or count
+            assert count == header, f"{lines[token.map[0]]!r}: {count} cells under a header of {header}"
+    kind = next(line for line in rows if line.startswith("| `kind` |"))
+    assert cells(kind) == 3 and "trajectory" in kind and "step" in kind
