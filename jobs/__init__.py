@@ -1,6 +1,8 @@
 """thicket: tree-search rollouts of LLM agents, as training data for agent RL."""
 
-__version__ = "0.1.0"
+from thicket.version import __version__
+
+__all__ = ["__version__", "load"]
 
 
 def __getattr__(name: str):  # noqa: ANN202

@@ -38,7 +38,7 @@ from botocore.exceptions import (
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
-from thicket import metrics
+import thicket.metrics as metrics
 from thicket.storage.store import StorageSettings, Store, StoreConfigError, StoreError, StoreNotAnswering, StoreUnavailable
 from thicket.unreachable import nobody_listens
 

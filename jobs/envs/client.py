@@ -24,7 +24,7 @@ import httpx
 import orjson
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential, wait_random
 
-from thicket import metrics
+import thicket.metrics as metrics
 from thicket.envs.dialects import AGENTGYM_DIALECTS, Dialect, ThicketDialect
 from thicket.envs.protocol import RewardSemantics
 from thicket.envs.remote import RemoteEnv

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from thicket import metrics
+import thicket.metrics as metrics
 from thicket.transport import Exchange, exchange_for, get
 
 log = logging.getLogger("thicket.policy.inflight")

@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from thicket import metrics
+import thicket.metrics as metrics
 
 
 @dataclass

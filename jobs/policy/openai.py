@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from thicket import metrics
+import thicket.metrics as metrics
 from thicket.errors import BadInput, Unavailable
 from thicket.policy import prompts
 from thicket.policy.answers import Sample, chat_sample, completion_sample

@@ -13,7 +13,7 @@ import httpx
 import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential
 
-from thicket import metrics
+import thicket.metrics as metrics
 from thicket.errors import BadInput, NothingAnswers, Unavailable
 from thicket.policy.openai_config import OpenAIConfig
 from thicket.transport import Answer, Exchange, exchange_for

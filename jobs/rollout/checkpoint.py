@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
-from thicket import __version__
+from thicket.version import __version__
 from thicket.policy.base import Reply
 from thicket.rollout.spec_record import tree_fields
 from thicket.spec import CheckpointSpec, SweepSpec

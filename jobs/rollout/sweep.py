@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from thicket import metrics
+import thicket.metrics as metrics
 from thicket.errors import DeadlineExceeded, ThicketError, Unavailable
 from thicket.rollout.envs import open_envs
 from thicket.rollout.served_policy import serve_policy

@@ -18,7 +18,7 @@ from enum import StrEnum
 
 import pyarrow as pa
 
-from thicket import metrics
+import thicket.metrics as metrics
 from thicket.envs import make_env
 from thicket.envs.protocol import Env
 from thicket.errors import BadInput, ThicketError, Unavailable

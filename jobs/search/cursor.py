@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from thicket import metrics
+import thicket.metrics as metrics
 from thicket.envs.protocol import Env, Observation, Transition
 from thicket.search.guard import ContentGuard
 from thicket.search.tree import Node

@@ -9,6 +9,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -202,8 +203,9 @@ def dataset_fingerprint(sweep_uri: str, env: dict[str, str] | None = None) -> di
     result = thicket("aggregate", sweep_uri, env=env)
     assert result.returncode == 0, result.stderr
     store = open_store(sweep_uri)
+    # A part's name carries its bytes' SHA-256, and its bytes the measured figures: keyed without it.
     digests: dict[str, Fingerprint | str] = {
-        key: Fingerprint.of([pq.read_table(pa.BufferReader(store.get(key)))])
+        re.sub(r"-[0-9a-f]{16}\.parquet$", ".parquet", key): Fingerprint.of([pq.read_table(pa.BufferReader(store.get(key)))])
         for key in store.list("datasets/") if key.endswith(".parquet")}
     stats = json.loads(store.get("datasets/stats.json"))
     for key in MEASURED_STATS:
