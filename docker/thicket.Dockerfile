@@ -2,6 +2,7 @@
 #   worker    the `thicket` CLI with the core dependencies: worker, aggregate, wait-job
 #   env       + `thicket serve-env` and the Python env families (thicket[envs,alfworld]): the env sidecar
 #   env-java  + Java 17 and ScienceWorld (thicket[sciworld]): the ScienceWorld sidecar
+#   prefetch  huggingface_hub's `hf` alone: the prefetch Job (downloads a hub model into the cache)
 # Python packages come from the lock files in requirements/ (exact versions), the base from an
 # exact tag (override with --build-arg PYTHON_IMAGE=...). Compilers live in the build stages only;
 # every final stage runs as the non-root uid 1000 with no build tools.
@@ -53,6 +54,15 @@ FROM env-java-deps AS build-env-java
 COPY --from=wheel /wheels /wheels
 RUN pip --python /opt/thicket/bin/python install -q --no-deps /wheels/*.whl && /opt/thicket/bin/thicket serve-env --help >/dev/null
 
+# The prefetch Job's download client only: huggingface_hub's `hf` (requirements/prefetch.txt), ~60 MB
+# next to the worker's, instead of the multi-GB vLLM CUDA image on a CPU node.
+FROM ${PYTHON_IMAGE} AS prefetch-deps
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
+RUN python -m venv --without-pip /opt/thicket
+COPY requirements/prefetch.txt /tmp/
+RUN pip --python /opt/thicket/bin/python install -q --no-deps -r /tmp/prefetch.txt \
+ && /opt/thicket/bin/hf download --help >/dev/null
+
 # --- final stages -------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE} AS runtime
 ARG VERSION=dev
@@ -90,3 +100,11 @@ RUN mkdir -p /usr/share/man/man1 \
 COPY --from=build-env-java /opt/thicket /opt/thicket
 USER 1000:1000
 CMD ["serve-env", "--help"]
+
+FROM runtime AS prefetch
+LABEL org.opencontainers.image.title="thicket-prefetch" \
+      org.opencontainers.image.description="thicket prefetch: hf download of a hub model into the model cache"
+COPY --from=prefetch-deps /opt/thicket /opt/thicket
+USER 1000:1000
+ENTRYPOINT ["hf"]
+CMD ["--help"]

@@ -21,7 +21,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from thicket import spec_errors
+import thicket.spec_errors as spec_errors
 from thicket.aggregate.params import DatasetsSpec
 from thicket.cluster_spec.cluster import ClusterSpec
 from thicket.cluster_spec.values import DNS_LABEL
@@ -148,6 +148,10 @@ class PolicySpec(Strict):
     kind: Literal["vllm", "openai", "uniform"] = "vllm"
     model: str | None = Field(None, description="served model name, or a local model folder to serve")
     url: str | None = Field(None, description="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
+    revision: str | None = Field(
+        None, description="the hub model's revision, a commit sha best (a tag or branch moves): the cluster's "
+        "prefetch downloads it and vLLM loads it (--revision), so two sweeps of one spec use the same weights"
+    )
     temperature: float = Field(1.0, ge=0.0, le=5.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_tokens: int = Field(256, ge=1)
@@ -173,6 +177,13 @@ class PolicySpec(Strict):
     )
     latency_s: float = Field(0.0, ge=0.0, description="uniform only: simulated latency per request")
     server: LaunchSpec = Field(default_factory=LaunchSpec)
+
+    @field_validator("revision")
+    @classmethod
+    def revision_name(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[\w][\w.\-/]{0,199}", value):
+            raise ValueError(f"expected a commit sha, tag or branch name, got {value!r}")
+        return value
 
     @field_validator("url")
     @classmethod

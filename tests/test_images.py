@@ -66,8 +66,8 @@ def test_make_images_tags_every_image_with_the_version_the_spec_defaults_to(tmp_
     assert run.returncode == 0, run.stderr
     tags = [line.split()[-1] for line in (tmp_path / "calls").read_text().splitlines() if line.startswith("tag ")]
     images = ClusterSpec().images
-    assert {images.worker, images.env, images.env_java} <= set(tags)
-    assert all(tag.endswith(":" + __version__) for tag in tags) and len(tags) == 5
+    assert {images.worker, images.env, images.env_java, images.prefetch} <= set(tags)
+    assert all(tag.endswith(":" + __version__) for tag in tags) and len(tags) == 6
     assert re.search(r"^  worker +123 MB +\d+ s$", run.stdout, re.M), run.stdout  # size and build time
 
 
@@ -87,7 +87,7 @@ def test_make_push_pushes_each_image_s_version_tag(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     pushed = [line.split()[-1] for line in (tmp_path / "calls").read_text().splitlines() if line.startswith("push ")]
-    names = ("thicket", "thicket-env", "thicket-env-java", "thicket-vllm-cpu", "thicket-s3-local")
+    names = ("thicket", "thicket-env", "thicket-env-java", "thicket-prefetch", "thicket-vllm-cpu", "thicket-s3-local")
     assert pushed == [f"registry.example/team/{name}:{__version__}" for name in names]
 
 

@@ -63,6 +63,10 @@ def test_extra_args_with_another_logprobs_mode_are_bad_input(tmp_path: Any, args
 @pytest.mark.parametrize("section", ["policy", "cluster"])
 def test_validate_rejects_another_logprobs_mode_in_one_line_with_exit_2(tmp_path: Any, section: str) -> None:
     spec = yaml.safe_load((ROOT / "sweeps" / "demo.yaml").read_text())
+    model = tmp_path / "model"  # validate refuses a model folder that is not there (a fresh clone has no models/)
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    spec["policy"]["model"] = str(model)
     if section == "policy":
         spec["policy"]["server"] = {"args": ["--max-model-len", "2048", "--logprobs-mode", "raw_logprobs"]}
         field = "policy.server.args"

@@ -11,6 +11,7 @@ import click
 
 from thicket.cli.common import allow_spec_change_option, examples, metrics_port_option, plural, spec_with_overrides
 from thicket.errors import BadInput, NothingAnswers
+from thicket.preconditions import check_local_inputs
 from thicket.spec import parse_indices
 
 
@@ -26,9 +27,10 @@ def validate(spec: str, policy: str | None) -> None:
     from thicket.spec_notes import model_folder_note, plan_text, task_range_note
 
     s = spec_with_overrides(spec, None, policy)
+    local = not s.sweep_uri.startswith("s3://")  # a cluster sweep's pods fetch policy.model from the hub
+    check_local_inputs(s, runs_here=local)  # what `run` would refuse here: data and model folders, output
     if note := check_policy_fits_env(s):  # the env is asked: a uniform policy needs listed actions
         click.echo(note, err=True)
-    local = not s.sweep_uri.startswith("s3://")  # a cluster sweep's pods fetch policy.model from the hub
     for note in (task_range_note(s.tasks), model_folder_note(s.policy) if local else None):  # maybe not what was meant
         if note:
             click.echo(note, err=True)
@@ -62,6 +64,10 @@ def validate(spec: str, policy: str | None) -> None:
         click.echo("\n".join(fit.lines))
         for warning in fit.warnings:
             click.echo(f"warning: {warning}", err=True)
+    if s.sweep_uri.startswith("s3://"):
+        from thicket.k8s.fault_price import echo_fault_table
+
+        echo_fault_table(s, objects, canary=True, echo=click.echo)
 
 
 @click.command(short_help="Run SPEC's tasks on this machine, then build the datasets.", epilog=examples(
@@ -86,6 +92,7 @@ def run(spec: str, output: str | None, indices: str | None, policy: str | None, 
     from thicket.spec_notes import task_range_note
 
     s = spec_with_overrides(spec, output, policy)
+    check_local_inputs(s)  # as `validate` does: before the store, the envs or vLLM are touched
     if note := task_range_note(s.tasks):
         click.echo(note, err=True)
     tasks = parse_indices(indices, s.tasks) if indices is not None else list(range(s.tasks.start, s.tasks.stop))
@@ -142,7 +149,8 @@ def eval_command(spec: str, samples: int, ks: tuple[int, ...], indices: str | No
 
 @click.command(short_help="Run one pod's share of SPEC (one Job completion index).")
 @click.argument("spec", type=click.Path(dir_okay=False))
-@click.option("--index", type=int, default=None, help="Job completion index (default: $JOB_COMPLETION_INDEX).")
+@click.option("--index", type=int, default=None,
+              help="The sweep index (default: $JOB_COMPLETION_INDEX, mapped through $THICKET_INDEX_MAP when set).")
 @click.option("-o", "--output", help="Override the spec's output.")
 @click.option("--wait-for", "wait_for", multiple=True, metavar="URL", help="Wait until URL answers 2xx first (repeatable).")
 @click.option("--wait-ready-timeout", type=float, default=600, show_default=True, help="Seconds to wait for --wait-for URLs (then exit 3).")
@@ -156,11 +164,10 @@ def worker(spec: str, index: int | None, output: str | None, wait_for: tuple[str
     from thicket.shards.storage import committed_task_ids
 
     s = spec_with_overrides(spec, output, None)
-    if index is None:
-        raw = os.environ.get("JOB_COMPLETION_INDEX")
-        if raw is None or not raw.isdigit():
-            raise BadInput("--index: not given and JOB_COMPLETION_INDEX is not set to a number")
-        index = int(raw)
+    if index is None:  # a resumed Job's completion index maps to the sweep's (THICKET_INDEX_MAP)
+        from thicket.rollout.completion_index import sweep_index
+
+        index = sweep_index(os.environ)
     ranges = s.tasks.index_ranges()
     if not 0 <= index < len(ranges):
         raise BadInput(f"--index: {index} is outside 0-{len(ranges) - 1} for this spec")

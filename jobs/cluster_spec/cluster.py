@@ -10,13 +10,14 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from thicket import __version__
+from thicket.version import __version__
 from thicket.cluster_spec.aggregate import AggregateSpec
 from thicket.cluster_spec.base import ClusterModel
 from thicket.cluster_spec.container_env import ContainerEnv
 from thicket.cluster_spec.ephemeral_storage import EphemeralStorage
 from thicket.cluster_spec.model_cache import ModelCache
 from thicket.cluster_spec.placement import NodeSelector, QueueName, Toleration, checked_labels
+from thicket.cluster_spec.image_pull import PullPolicy, pull_policy
 from thicket.cluster_spec.resources import ContainerResources, Resources
 from thicket.cluster_spec.sidecars import (
     JAVA_FAMILIES,
@@ -41,9 +42,17 @@ class Images(ClusterModel):
     env: str = Field(f"{REGISTRY}/thicket-env:{__version__}", description="env sidecar image")
     env_java: str = Field(f"{REGISTRY}/thicket-env-java:{__version__}", description="env sidecar with Java 17 (ScienceWorld)")
     vllm: str = Field(VLLM_IMAGE, description="vLLM OpenAI server, pinned by tag or digest")
-    pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    prefetch: str = Field(f"{REGISTRY}/thicket-prefetch:{__version__}",
+                          description="the prefetch Job's image: huggingface_hub's `hf` alone, for CPU nodes")
+    pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
+        None, description="default: by how each image is pinned (thicket.cluster_spec.image_pull: a digest or "
+                          "release tag IfNotPresent, another tag Always)")
 
-    @field_validator("worker", "env", "env_java", "vllm")
+    def policy_for(self, image: str) -> str:
+        """The imagePullPolicy of `image` (thicket.cluster_spec.image_pull)."""
+        return pull_policy(image, PullPolicy(self.pull_policy) if self.pull_policy else None).value
+
+    @field_validator("worker", "env", "env_java", "vllm", "prefetch")
     @classmethod
     def pinned(cls, value: str, info) -> str:  # noqa: ANN001
         return image_reference(value, info.field_name)
@@ -78,7 +87,10 @@ class ClusterSpec(ClusterModel):
     priority_class_name: str | None = None
     queue: QueueName = Field(None, description="Kueue LocalQueue (label kueue.x-k8s.io/queue-name)")
     resources: ContainerResources = Field(default_factory=ContainerResources)
-    backoff_limit_per_index: int = Field(3, ge=0, le=1000, description="retries of one index before it fails")
+    backoff_limit_per_index: int = Field(
+        1, ge=0, le=1000, description="retries of one index before it fails (exits 2 and 3 fail it at once); "
+        "each retry of a fault every attempt meets burns the pod's GPUs again (thicket.k8s.fault_price)"
+    )
     max_failed_indexes: int | None = Field(
         None, ge=0, description="the Job fails (no new pods) once more indexes than this fail; at most the "
         "number of indexes (default: max_failed_share of them)"
@@ -95,6 +107,10 @@ class ClusterSpec(ClusterModel):
         "thicket.k8s.deadlines); must exceed the worker's own deadlines"
     )
     ephemeral_storage: EphemeralStorage = Field(default_factory=EphemeralStorage)
+    node_disk_gib: int | None = Field(
+        None, ge=10, description="the GPU nodes' boot / root disk in GiB, for the node fit `thicket validate` "
+        "prints (default: the provider's, GKE 100 GB, EKS node groups and Karpenter 20 GiB; thicket.k8s.node_disk)"
+    )
     ttl_seconds_after_finished: int | None = Field(7 * 86400, ge=0, description="finished Jobs are deleted after this")
     probes: Probes = Field(default_factory=Probes)
     wait_ready_timeout_s: int | None = Field(

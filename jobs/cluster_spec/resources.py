@@ -43,7 +43,8 @@ def _res(cpu: str, memory: str, memory_limit: str | None = None) -> Resources:
 
 class ContainerResources(ClusterModel):
     vllm: Resources = Field(default_factory=lambda: _res("4", "32Gi"),
-                            description="default: 4 CPUs and memory from the model's size (thicket.k8s.vllm_memory)")
+                            description="default: 4 CPUs + 2 per GPU past the first, and memory from the model's size "
+                                        "(thicket.k8s.vllm_memory)")
     worker: Resources = Field(default_factory=lambda: _res("1", "2Gi", "4Gi"))
     env: Resources = Field(default_factory=lambda: _res("500m", "1Gi", "2Gi"))
     aggregate: Resources = Field(default_factory=lambda: _res("2", "8Gi"))

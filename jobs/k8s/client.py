@@ -45,6 +45,8 @@ RESOURCES: dict[str, tuple[str, str]] = {
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
     "PodMonitor": ("/apis/monitoring.coreos.com/v1", "podmonitors"),
     "Event": ("/api/v1", "events"),  # read only: why a pod is stuck (thicket status)
+    "Workload": ("/apis/kueue.x-k8s.io/v1beta1", "workloads"),  # a queued Job's, stopped the Kueue way
+    "LocalQueue": ("/apis/kueue.x-k8s.io/v1beta1", "localqueues"),  # read only: preflight of cluster.queue
 }
 
 
@@ -312,8 +314,13 @@ class Kube:
         except NotFound:
             return False
 
-    def logs(self, namespace: str, pod: str, container: str, follow: bool, tail: int | None) -> Iterator[bytes]:
+    def logs(self, namespace: str, pod: str, container: str, follow: bool, tail: int | None,
+             previous: bool = False) -> Iterator[bytes]:
+        """A container's log; `previous`: its previous instance's, the one that crashed before the restart
+        (pods/log `previous=true`, https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/#get-read-log-of-the-specified-pod)."""
         query = [("container", container)]
+        if previous:
+            query.append(("previous", "true"))
         if follow:
             query.append(("follow", "true"))
         if tail is not None:

@@ -60,20 +60,25 @@ def render(spec: str, output: str) -> None:
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--replace", is_flag=True, help="Delete and recreate a Job whose pod template changed (committed tasks are kept).")
 @click.option("--resume", is_flag=True, help="Rerun a finished sweep: only indexes with uncommitted tasks do work.")
-@click.option("--canary", is_flag=True,
-              help="Run index 0 alone first; scale to cluster.parallelism only once it succeeded (else suspend, exit non-zero).")
-@click.option("--canary-timeout", type=click.FloatRange(min=1), default=3600, show_default=True,
-              help="Seconds the canary index may take.")
+@click.option("--canary/--no-canary", default=True, show_default=True,
+              help="Run index 0 alone first; scale to cluster.parallelism once it committed its first shard "
+                   "(else stop the Job, exit non-zero). --no-canary: every pod at once (see the fault price).")
+@click.option("--canary-timeout", type=click.FloatRange(min=1), default=None,
+              help="Seconds the canary may wait for its first committed shard (default: derived from the pod's "
+                   "start allowance, --wait-ready-timeout and run.task_timeout_s, at most activeDeadlineSeconds).")
 @context_option
-def submit(spec: str, replace: bool, resume: bool, canary: bool, canary_timeout: float, context: str | None) -> None:
+def submit(spec: str, replace: bool, resume: bool, canary: bool, canary_timeout: float | None, context: str | None) -> None:
     """Create or update SPEC's objects on the cluster (idempotent). Checks first: Kubernetes 1.29+, the
     namespace, every Secret key the pods read, the model-cache PVC and its StorageClass."""
     from thicket.k8s.client import connect
     from thicket.k8s.render import render as render_objects
     from thicket.k8s.submit import submit as submit_objects
 
+    from thicket.k8s.fault_price import echo_fault_table
+
     s = load_spec(spec)
     objects = render_objects(s)
+    echo_fault_table(s, objects, canary=canary, echo=click.echo)  # before anything is created
     kube = connect(context)
     submit_objects(kube, s, objects, replace=replace, resume=resume, echo=click.echo, canary=canary,
                    canary_timeout_s=canary_timeout)
@@ -145,9 +150,12 @@ def status(sweep: str, namespace: str | None, context: str | None, watch: bool, 
 @click.option("-c", "--container", default="worker", show_default=True, help="Container: worker, vllm, env-FAMILY.")
 @click.option("-f", "--follow", is_flag=True, help="Stream new lines.")
 @click.option("--tail", type=int, default=None, help="Only the last N lines.")
+@click.option("-p", "--previous", is_flag=True,
+              help="The container's previous instance (the one that crashed before its restart).")
 @namespace_option
 @context_option
-def logs(sweep: str, index: int, container: str, follow: bool, tail: int | None, namespace: str | None, context: str | None) -> None:
+def logs(sweep: str, index: int, container: str, follow: bool, tail: int | None, previous: bool, namespace: str | None,
+         context: str | None) -> None:
     """Logs of the latest pod of one index of SWEEP (a sweep name or its spec file)."""
     from thicket.k8s.client import connect, default_namespace
     from thicket.k8s.status import index_pod
@@ -160,8 +168,11 @@ def logs(sweep: str, index: int, container: str, follow: bool, tail: int | None,
     containers = [c["name"] for c in (pod.get("spec") or {}).get("initContainers", []) + (pod.get("spec") or {}).get("containers", [])]
     if containers and container not in containers:
         raise BadInput(f"--container: {container!r} is not in pod {pod['metadata']['name']} ({', '.join(containers)})")
-    click.echo(f"# pod {pod['metadata']['name']} container {container}", err=True)
-    for chunk in kube.logs(ns, pod["metadata"]["name"], container, follow, tail):
+    if previous and follow:
+        raise BadInput("--follow: a previous container instance has ended; drop --follow or --previous")
+    which = " (previous instance)" if previous else ""
+    click.echo(f"# pod {pod['metadata']['name']} container {container}{which}", err=True)
+    for chunk in kube.logs(ns, pod["metadata"]["name"], container, follow, tail, previous):
         stdout_write(chunk)
 
 
@@ -218,7 +229,7 @@ def wait_job(job: str, namespace: str | None, context: str | None, timeout: floa
 def rehearse(spec: str, index: int, workdir: str | None, timeout: float, image_version: str | None,
              then_aggregate: bool, pull_to: str | None) -> None:
     """Run SPEC's rendered rollout pod (one index) and aggregation pod with podman, against a local S3."""
-    from thicket import __version__
+    from thicket.version import __version__
     from thicket.k8s.rehearsal import End, Images, LocalS3, Rehearsal, sweep_uri
 
     s = load_spec(spec)

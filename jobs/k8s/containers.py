@@ -184,7 +184,7 @@ def _env_sidecar(spec: SweepSpec, sidecar: EnvSidecar) -> Obj:
     return {
         "name": name,
         "image": c.sidecar_image(sidecar),
-        "imagePullPolicy": c.images.pull_policy,
+        "imagePullPolicy": c.images.policy_for(c.sidecar_image(sidecar)),
         "restartPolicy": "Always",  # a native sidecar: started before the worker, stopped after it
         "command": ["thicket"],
         # Reachable from inside the pod only: the env server runs untrusted actions (CodeAct code).
@@ -228,6 +228,8 @@ def vllm_args(spec: SweepSpec) -> list[str]:
     ]
     extra = [a for a in without_logprobs_mode(c.vllm_args) if a not in COMMON_ARGS]
     flags = {a.split("=", 1)[0] for a in extra}
+    if (revision := model_revision(spec)) and "--revision" not in flags:
+        args += ["--revision", revision]  # what the prefetch downloaded (thicket.k8s.prefetch)
     if c.gpus > 1 and not flags & {"--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp"}:
         args += ["--tensor-parallel-size", str(c.gpus)]
     return args + extra
@@ -250,12 +252,23 @@ VLLM_WRITABLE_ENV = {
 }
 
 
+VLLM_BASE_CPU = 4  # the API server and engine core processes, and a GPU worker's
+VLLM_CPU_PER_EXTRA_GPU = 2  # one physical core (2 vCPUs) more for each further GPU worker process
+
+
+def vllm_default_cpu(gpus: int) -> int:
+    """vLLM's CPU request by default: 4, and 2 more per GPU past the first. vLLM runs one API server,
+    one engine core and one worker process per GPU, each busy on its own core
+    (https://docs.vllm.ai/en/latest/design/arch_overview/); Kubernetes counts vCPUs (hyperthreads)."""
+    return VLLM_BASE_CPU + VLLM_CPU_PER_EXTRA_GPU * max(0, gpus - 1)
+
+
 def vllm_resources(spec: SweepSpec) -> Resources:
-    """resources.vllm (default: 4 CPUs), with the memory the model needs (thicket.k8s.vllm_memory)
-    as request and limit wherever it sets none."""
+    """resources.vllm (default: vllm_default_cpu CPUs), with the memory the model needs
+    (thicket.k8s.vllm_memory) as request and limit wherever it sets none."""
     c = spec.cluster
     if "vllm" not in c.resources.model_fields_set:
-        requests, limits = {"cpu": "4"}, {}
+        requests, limits = {"cpu": str(vllm_default_cpu(c.gpus))}, {}
     else:
         requests, limits = dict(c.resources.vllm.requests), dict(c.resources.vllm.limits)
     if "memory" not in requests and "memory" not in limits:
@@ -280,7 +293,7 @@ def _vllm_container(spec: SweepSpec) -> Obj:
     return {
         "name": VLLM,
         "image": c.images.vllm,
-        "imagePullPolicy": c.images.pull_policy,
+        "imagePullPolicy": c.images.policy_for(c.images.vllm),
         "restartPolicy": "Always",
         "command": VLLM_COMMAND,
         "args": vllm_args(spec),
@@ -295,6 +308,11 @@ def _vllm_container(spec: SweepSpec) -> Obj:
             {"name": "tmp-vllm", "mountPath": "/tmp"},
         ],
     }
+
+
+def model_revision(spec: SweepSpec) -> str | None:
+    """policy.revision, for a hub model (a path in the cache has no revision)."""
+    return None if pod_model(spec).startswith("/") else spec.policy.revision
 
 
 def downloads_model(spec: SweepSpec) -> bool:
@@ -343,9 +361,10 @@ def _worker_container(spec: SweepSpec, sidecars: list[EnvSidecar]) -> Obj:
     return {
         "name": WORKER,
         "image": c.images.worker,
-        "imagePullPolicy": c.images.pull_policy,
+        "imagePullPolicy": c.images.policy_for(c.images.worker),
         "command": ["thicket"],
-        # The index comes from $JOB_COMPLETION_INDEX, which the Job controller sets in every pod.
+        # The index comes from $JOB_COMPLETION_INDEX, which the Job controller sets in every pod
+        # (a resumed Job adds THICKET_INDEX_MAP: thicket.rollout.completion_index).
         "args": ["worker", f"{SPEC_DIR}/{SPEC_KEY}", "--wait-ready-timeout", str(wait_ready_timeout(spec, sidecars)),
                  "--metrics-port", str(c.metrics_port), *waits],
         "env": env + s3_env(spec) + _user_env(spec, "worker"),
@@ -359,6 +378,12 @@ def _worker_container(spec: SweepSpec, sidecars: list[EnvSidecar]) -> Obj:
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
+
+
+def cpu_node_affinity(avoid: list[str]) -> Obj:
+    """A required node affinity: only nodes that carry none of the `avoid` labels (GPU nodes)."""
+    terms = [{"matchExpressions": [{"key": key, "operator": "DoesNotExist"} for key in avoid]}]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
 
 
 def _common_pod(spec: SweepSpec, node_selector: dict, tolerations: list) -> Obj:

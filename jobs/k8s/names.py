@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from thicket import __version__
+from thicket.version import __version__
 from thicket.spec import SweepSpec, parse_spec
 
 Obj = dict[str, Any]

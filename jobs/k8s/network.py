@@ -3,7 +3,9 @@
 - A NetworkPolicy (`cluster.network_policy: true`): ingress to the worker's metrics port only (the
   servers listen on 127.0.0.1 anyway: this is the second wall), and egress anywhere except the
   cloud metadata addresses (METADATA_CIDRS), so no container of the pod (the env sidecar running
-  model-written code included) can take the node's or the pod's cloud identity from there.
+  model-written code included) can take the node's or the pod's cloud identity from there; DNS
+  (port 53) to the node-local resolvers stays open (DNS_RESOLVERS: with Cloud DNS, GKE's resolver
+  is the metadata address).
 - A Prometheus Operator PodMonitor that scrapes the metrics port.
 - The pod annotation `eks.amazonaws.com/skip-containers` (`identity_annotations`, on every rollout
   pod): EKS's pod identity webhook (IRSA and EKS Pod Identity) injects the role's web-identity
@@ -33,6 +35,13 @@ SKIP_CONTAINERS = "eks.amazonaws.com/skip-containers"
 METADATA_CIDRS_V4 = ("169.254.169.254/32", "169.254.169.252/32")
 METADATA_CIDRS_V6 = ("fd00:ec2::254/128",)
 METADATA_CIDRS = METADATA_CIDRS_V4 + METADATA_CIDRS_V6
+# Node-local DNS resolvers that are not pods, so no namespaceSelector admits them: GKE with Cloud
+# DNS (always on Autopilot) writes the metadata server, 169.254.169.254, into every pod's
+# resolv.conf ("Using Cloud DNS for GKE"; Cloud DNS "Name resolution order": the metadata server
+# answers on port 53); NodeLocal DNSCache listens on 169.254.20.10 ("Using NodeLocal DNSCache in
+# Kubernetes Clusters"). Port 53 only: the metadata server's HTTP (80) stays closed.
+DNS_RESOLVERS = ("169.254.169.254/32", "169.254.20.10/32")
+DNS_PORT = 53
 
 
 def _rollout_pods(spec: SweepSpec) -> Obj:
@@ -51,6 +60,10 @@ def identity_annotations(pod: Obj) -> dict[str, str]:
     return {SKIP_CONTAINERS: ",".join(skip)} if skip else {}
 
 
+# The policy holds both directions (ingress and egress) of the rollout pods: named for that, not "-ingress".
+NETWORK_POLICY_SUFFIX = "-network"
+
+
 def network_policy(spec: SweepSpec) -> Obj:
     """Ingress to the rollout pods: the metrics port, from anywhere in the cluster; nothing else.
     Egress: every pod in the cluster (DNS, an in-cluster S3) and every address outside it (S3, STS,
@@ -58,7 +71,7 @@ def network_policy(spec: SweepSpec) -> Obj:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": _meta(spec, "-ingress"),
+        "metadata": _meta(spec, NETWORK_POLICY_SUFFIX),
         "spec": {
             "podSelector": _rollout_pods(spec),
             "policyTypes": ["Ingress", "Egress"],
@@ -69,9 +82,21 @@ def network_policy(spec: SweepSpec) -> Obj:
                     {"ipBlock": {"cidr": "0.0.0.0/0", "except": list(METADATA_CIDRS_V4)}},
                     {"ipBlock": {"cidr": "::/0", "except": list(METADATA_CIDRS_V6)}},
                 ]},
+                dns_rule(),
             ],
         },
     }
+
+
+def dns_rule() -> Obj:
+    """Egress to the node-local resolvers, DNS only (UDP and TCP 53)."""
+    return {"to": [{"ipBlock": {"cidr": cidr}} for cidr in DNS_RESOLVERS],
+            "ports": [{"protocol": protocol, "port": DNS_PORT} for protocol in ("UDP", "TCP")]}
+
+
+def _dns_only(rule: Obj) -> bool:
+    ports = rule.get("ports") or []
+    return bool(ports) and all(p.get("port") == DNS_PORT for p in ports)
 
 
 def pod_monitor(spec: SweepSpec) -> Obj:
@@ -124,8 +149,9 @@ def credential_problems(objects: list[Obj]) -> list[str]:
         if "Egress" not in spec.get("policyTypes", []):
             problems.append(f"{where}: no Egress policy type: the metadata addresses stay open")
             continue
-        blocks = [peer["ipBlock"] for rule in spec.get("egress") or [] for peer in rule.get("to") or []
-                  if "ipBlock" in peer]
+        # A rule for port 53 alone (the node-local resolvers) leaves the metadata server's HTTP closed.
+        blocks = [peer["ipBlock"] for rule in spec.get("egress") or [] if not _dns_only(rule)
+                  for peer in rule.get("to") or [] if "ipBlock" in peer]
         open_rules = [rule for rule in spec.get("egress") or [] if not rule.get("to")]
         if open_rules:
             problems.append(f"{where}: an egress rule with no `to` admits every address, metadata included")

@@ -29,6 +29,8 @@ from decimal import Decimal
 from typing import Any
 
 from thicket.cluster_spec.values import parse_quantity
+from thicket.k8s import node_disk
+from thicket.k8s.spot_grace import grace_warnings
 from thicket.k8s.machine_types import (
     EKS,
     EKS_NODEGROUP,
@@ -41,6 +43,7 @@ from thicket.k8s.machine_types import (
     OS_MEMORY_OVERHEAD,
     NodeType,
 )
+from thicket.k8s.pod_packing import packing_warnings
 
 Obj = dict[str, Any]
 GiB = 2**30
@@ -52,7 +55,7 @@ DAEMONSET_MEMORY_GIB = 1.0
 
 # --- the pod's request ------------------------------------------------------------------------
 
-RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
+RESOURCES = ("cpu", "memory", "nvidia.com/gpu", "ephemeral-storage")
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,7 @@ class PodRequest:
     memory_gib: float
     gpus: int
     containers: tuple[tuple[str, Obj], ...] = field(default=())  # (name, requests) as rendered
+    ephemeral_gib: float = 0.0  # local disk: emptyDirs and logs (thicket.k8s.node_disk)
 
     def text(self) -> str:
         gpus = f", {self.gpus} GPU{'s' if self.gpus != 1 else ''}" if self.gpus else ", no GPU"
@@ -94,7 +98,8 @@ def pod_request(pod: Obj) -> PodRequest:
         totals[resource] = max(init_peak, sidecars + main)
     names = tuple((c["name"], (c.get("resources") or {}).get("requests") or {})
                   for c in (pod.get("initContainers") or []) + (pod.get("containers") or []))
-    return PodRequest(float(totals["cpu"]), float(totals["memory"]) / GiB, int(totals["nvidia.com/gpu"]), names)
+    return PodRequest(float(totals["cpu"]), float(totals["memory"]) / GiB, int(totals["nvidia.com/gpu"]), names,
+                      float(totals["ephemeral-storage"]) / GiB)
 
 
 def rollout_pod(objects: list[Obj]) -> Obj | None:
@@ -112,7 +117,9 @@ def rollout_pod(objects: list[Obj]) -> Obj | None:
 class Fit:
     node: NodeType
     pods: int  # rollout pods one node holds (0: none)
-    short: str  # what is short when pods == 0: "memory", "CPU", "GPUs", "GPU memory"
+    short: str  # what is short when pods == 0: "memory", "CPU", "GPUs", "GPU memory", "disk"
+    disk_gib: float = 0.0  # the node's disk assumed (cluster.node_disk_gib, else the provider's default)
+    without_disk: int = 0  # pods it would hold on a disk large enough (CPU, memory and GPUs alone)
 
     @property
     def fits(self) -> bool:
@@ -127,7 +134,7 @@ def weights_gib(model: str) -> float | None:
     return None if billions is None else billions * 1e9 * bytes_per_parameter(model) / GiB
 
 
-def fit(request: PodRequest, node: NodeType, model_gib: float | None = None) -> Fit:
+def fit(request: PodRequest, node: NodeType, model_gib: float | None = None, disk_gib: float | None = None) -> Fit:
     cpu = node.allocatable_cpu - DAEMONSET_CPU
     memory = node.allocatable_memory_gib - DAEMONSET_MEMORY_GIB
     counts = {"CPU": math.floor(cpu / request.cpu + 1e-9) if request.cpu else 10**6,
@@ -138,9 +145,12 @@ def fit(request: PodRequest, node: NodeType, model_gib: float | None = None) -> 
         # --gpu-memory-utilization is 0.9; a quarter of that kept for the cache and activations).
         if model_gib is not None and model_gib > 0.9 * 0.75 * node.gpu.memory_gib * request.gpus:
             counts["GPU memory"] = 0
+    without_disk = max(0, min(counts.values()))
+    disk = disk_gib or node_disk.DEFAULT_DISK[node.provider].gib
+    counts["disk"] = node_disk.pods_on_disk(node.provider, disk, request.ephemeral_gib)
     short = min(counts, key=lambda k: counts[k])
     pods = max(0, counts[short])
-    return Fit(node, pods, "" if pods else short)
+    return Fit(node, pods, "" if pods else short, disk, without_disk)
 
 
 def selector_picks(node: NodeType, selector: dict[str, str]) -> bool | None:
@@ -174,8 +184,8 @@ def selector_notes(selector: dict[str, str]) -> list[str]:
     return notes
 
 
-def fits(request: PodRequest, model_gib: float | None = None) -> list[Fit]:
-    return [fit(request, node, model_gib) for node in NODE_TYPES]
+def fits(request: PodRequest, model_gib: float | None = None, disk_gib: float | None = None) -> list[Fit]:
+    return [fit(request, node, model_gib, disk_gib) for node in NODE_TYPES]
 
 
 # --- loading the model from the shared cache --------------------------------------------------
@@ -280,7 +290,7 @@ def report(spec: Any, objects: list[Obj]) -> FitReport | None:
 
     request = pod_request(pod)
     model_gib = weights_gib(pod_model(spec)) if serves_vllm(spec) else None
-    every = fits(request, model_gib)
+    every = fits(request, model_gib, spec.cluster.node_disk_gib)
     selector = spec.cluster.node_selector
     lines = [f"pod     {request.text()} requested (max of the largest init container and sidecars + worker)"]
     warnings = list(selector_notes(selector))
@@ -293,6 +303,7 @@ def report(spec: Any, objects: list[Obj]) -> FitReport | None:
         small = [f"{f.node.name} ({f.short})" for f in every if not f.fits]
         if small:
             lines.append(f"        too small: {', '.join(small)}")
+        lines += disk_lines(request, every, spec.cluster.node_disk_gib)
         picked = [(f, selector_picks(f.node, selector)) for f in every]
         selected = [f for f, picks in picked if picks]
         if selector and any(picks is None for _, picks in picked):
@@ -307,11 +318,17 @@ def report(spec: Any, objects: list[Obj]) -> FitReport | None:
                                 f"({', '.join(f'{f.node.name}: {f.short}' for f in selected)}): it would stay "
                                 "Pending and the autoscaler would add nothing")
             else:
+                warnings += disk_warnings(request, selected)
+                warnings += packing_warnings(request, selected)  # thicket.k8s.pod_packing
                 lines.append("nodes   node_selector picks " + ", ".join(
                     f"{f.node.name} ({f.pods} pod{'s' if f.pods != 1 else ''} a node)" if f.fits
                     else f"{f.node.name} (too small: {f.short})" for f in selected))
         lines.append(f"        (allocatable after the providers' reservations, {OS_MEMORY_OVERHEAD:.1%} of memory for "
                      f"the kernel, {_number(DAEMONSET_CPU)} CPU and {_number(DAEMONSET_MEMORY_GIB)} GiB for DaemonSets)")
+    warnings += grace_warnings(spec)  # Spot nodes: the provider's grace, not the pod's
+    from thicket.k8s.prefetch import revision_warnings
+
+    warnings += revision_warnings(spec)
     for estimate in load_estimates(spec):
         lines.append(f"load    {estimate.text()}")
         if estimate.too_slow:
@@ -319,6 +336,44 @@ def report(spec: Any, objects: list[Obj]) -> FitReport | None:
                             "faster cache (EFS elastic or provisioned throughput, Filestore Basic SSD or Zonal), lower "
                             "cluster.parallelism, or raise cluster.probes.vllm_startup_s")
     return FitReport(request, every, selected, lines, warnings)
+
+
+def disk_lines(request: PodRequest, every: list[Fit], disk_gib: int | None) -> list[str]:
+    """The node disk assumed, and the disk each machine type needs for the pods its CPU, memory and
+    GPUs hold (thicket.k8s.node_disk)."""
+    if not request.ephemeral_gib:
+        return []
+    assumed = []
+    for provider in (GKE, EKS):
+        disk = disk_gib or node_disk.DEFAULT_DISK[provider].gib
+        allocatable = node_disk.allocatable_gib(provider, disk)
+        pods = node_disk.pods_on_disk(provider, disk, request.ephemeral_gib)
+        assumed.append(f"{provider} {disk} GiB ({_number(allocatable)} GiB allocatable: {_pods(pods)})")
+    source = "cluster.node_disk_gib" if disk_gib else "the providers' defaults; set cluster.node_disk_gib"
+    needs = [_disk_needed(f, request.ephemeral_gib) for f in every if f.without_disk]
+    return [f"disk    {_number(request.ephemeral_gib)} GiB of ephemeral storage a pod; node disk {', '.join(assumed)} "
+            f"({source})",
+            f"        node disk for the pods a node holds: {', '.join(needs)}"]
+
+
+def _pods(count: int) -> str:
+    return f"{count} pod{'s' if count != 1 else ''}"
+
+
+def _disk_needed(f: Fit, pod_gib: float) -> str:
+    disk = node_disk.disk_needed_gib(f.node.provider, f.without_disk * pod_gib)
+    return f"{f.node.name} {disk} GiB" + (f" ({f.without_disk} pods)" if f.without_disk > 1 else "")
+
+
+def disk_warnings(request: PodRequest, selected: list[Fit]) -> list[str]:
+    """The selected nodes' disk holds fewer pods than their CPU, memory and GPUs would."""
+    short = [f for f in selected if f.fits and f.pods < f.without_disk]
+    if not short:
+        return []
+    each = ", ".join(f"{f.node.name} with {_number(f.disk_gib)} GiB holds {f.pods} pod(s) of "
+                     f"{_number(request.ephemeral_gib)} GiB ephemeral storage, its GPUs {f.without_disk}" for f in short)
+    return [f"node disk: {each}: give the nodes a larger boot disk, local SSD or instance store (docs/kubernetes.md, \"The node's disk\") "
+            "and set cluster.node_disk_gib, or the autoscaler buys more nodes (or the pods wait)"]
 
 
 def _table_names(provider: str | None) -> str:

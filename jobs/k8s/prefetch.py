@@ -18,7 +18,9 @@ from thicket.k8s.containers import (
     _secret_env,
     _security,
     _user_env,
+    cpu_node_affinity,
     ephemeral,
+    model_revision,
     pod_model,
 )
 from thicket.k8s.names import APP, COMPONENT_LABEL, SPEC_HASH, TEMPLATE_HASH, digest, labels, names, serves_vllm
@@ -58,9 +60,26 @@ def prefetches(spec: SweepSpec) -> bool:
     return serves_vllm(spec) and spec.cluster.model_cache.prefetches(pod_model(spec))
 
 
+def download_args(spec: SweepSpec) -> list[str]:
+    """`hf download` of the pod's model at policy.revision (the hub's main when unset)."""
+    revision = model_revision(spec)
+    return ["download", pod_model(spec), *(["--revision", revision] if revision else []),
+            *(arg for pattern in SKIPPED_FILES for arg in ("--exclude", pattern))]
+
+
+def revision_warnings(spec: SweepSpec) -> list[str]:
+    """A hub model prefetched without policy.revision: the hub's main at submit time."""
+    if not prefetches(spec) or spec.policy.revision:
+        return []
+    return [f"policy.revision: not set: the prefetch downloads {pod_model(spec)} as the hub's main is at submit time, "
+            "so two sweeps of this spec may use different weights; set it to a commit sha (the model page's "
+            "\"Files and versions\" history, or `hf download` prints it)"]
+
+
 def prefetch_job(spec: SweepSpec, spec_hash: str) -> Obj | None:
-    """A Job that downloads the pod's hub model into the model cache (`hf download`, from the vLLM
-    image, which has it), on the aggregation Job's (CPU) nodes."""
+    """A Job that downloads the pod's hub model, at policy.revision, into the model cache (`hf
+    download`, from the small prefetch image: huggingface_hub alone), on CPU nodes: the aggregation
+    Job's node selector and tolerations, and its required affinity away from GPU nodes."""
     if not prefetches(spec):
         return None
     c = spec.cluster
@@ -73,16 +92,18 @@ def prefetch_job(spec: SweepSpec, spec_hash: str) -> Obj | None:
     env += [var for var in _user_env(spec, "vllm") if var["name"] not in DOWNLOAD_BLOCKERS]
     container = {
         "name": PREFETCH,
-        "image": c.images.vllm,
-        "imagePullPolicy": c.images.pull_policy,
+        "image": c.images.prefetch,
+        "imagePullPolicy": c.images.policy_for(c.images.prefetch),
         "command": ["hf"],
-        "args": ["download", pod_model(spec), *(arg for pattern in SKIPPED_FILES for arg in ("--exclude", pattern))],
+        "args": download_args(spec),
         "env": env,
         "resources": _resources(PREFETCH_RESOURCES, storage=ephemeral(PREFETCH_TMP)),
         "securityContext": _security(read_only=True),
         "volumeMounts": [{"name": "model-cache", "mountPath": cache.path}, {"name": "tmp", "mountPath": "/tmp"}],
     }
     pod = _common_pod(spec, c.aggregate.node_selector, c.aggregate.tolerations)
+    if c.aggregate.avoid_node_labels:
+        pod["affinity"] = cpu_node_affinity(c.aggregate.avoid_node_labels)
     pod["automountServiceAccountToken"] = False
     pod["containers"] = [container]
     pod["volumes"] = [

@@ -10,6 +10,7 @@ from typing import Any
 from thicket.errors import BadInput
 from thicket.k8s.client import Forbidden, Kube, NotFound
 from thicket.k8s.names import serves_vllm
+from thicket.k8s.queue_check import check_scheduling_refs
 from thicket.k8s.storage_class import check_storage_class
 from thicket.spec import SweepSpec
 
@@ -106,7 +107,7 @@ def check_secret_keys(kube: Kube, spec: SweepSpec, objects: list[Obj], warnings:
 
 def preflight(kube: Kube, spec: SweepSpec, objects: list[Obj] | None = None) -> list[str]:
     """Refuse what would leave pods stuck: a server older than 1.29, a missing namespace, Secret, Secret
-    key (of `objects`, the rendered ones), PVC or StorageClass. Returns warnings."""
+    key (of `objects`, the rendered ones), PVC, StorageClass, Kueue LocalQueue or PriorityClass. Returns warnings."""
     c = spec.cluster
     ns = c.namespace
     warnings: list[str] = []
@@ -165,4 +166,5 @@ def preflight(kube: Kube, spec: SweepSpec, objects: list[Obj] | None = None) -> 
     if objects is not None:
         check_secret_keys(kube, spec, objects, warnings)
     check_storage_class(kube, spec)
+    check_scheduling_refs(kube, spec, warnings)
     return warnings

@@ -31,6 +31,7 @@ from thicket.errors import BadInput, ExitCode, ThicketError
 from thicket.k8s.containers import (
     _common_pod,
     _env,
+    cpu_node_affinity,
     _env_sidecar,
     _resources,
     _security,
@@ -140,8 +141,11 @@ def rollout_job(spec: SweepSpec, spec_hash: str) -> Obj:
             # without counting it. A pod's own disk use past its ephemeral-storage limit or an emptyDir's
             # sizeLimit is evicted as a limit violation, without this condition: it counts.
             {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-            # Bad input (exit 2): retrying this index cannot help.
-            {"action": "FailIndex", "onExitCodes": {"containerName": WORKER, "operator": "In", "values": [int(ExitCode.BAD_INPUT)]}},
+            # Bad input (exit 2): retrying this index cannot help. A server or storage that stayed
+            # unreachable (exit 3) fails the index at once too: an outage meets every pod, and its retries
+            # would hold every GPU again (thicket.k8s.fault_price); `submit --resume` reruns the index.
+            {"action": "FailIndex", "onExitCodes": {"containerName": WORKER, "operator": "In",
+                                                    "values": [int(ExitCode.BAD_INPUT), int(ExitCode.UNAVAILABLE)]}},
         ]
     }
     if c.ttl_seconds_after_finished is not None:
@@ -151,6 +155,9 @@ def rollout_job(spec: SweepSpec, spec_hash: str) -> Obj:
     job_labels = labels(spec, "rollout")
     if c.queue:
         job_labels[QUEUE_LABEL] = c.queue
+        # Created suspended, as Kueue asks (https://kueue.sigs.k8s.io/docs/tasks/run/jobs/): Kueue
+        # unsuspends it once it admits the Job's Workload.
+        job_spec["suspend"] = True
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -167,12 +174,6 @@ def rollout_job(spec: SweepSpec, spec_hash: str) -> Obj:
 WAIT_RESOURCES = Resources(requests={"cpu": "10m", "memory": "96Mi"}, limits={"memory": "256Mi"})
 WAIT_TMP = "64Mi"
 RELEASES_TEMPLATE = "thicket.dev/releases-template-sha256"
-
-
-def cpu_node_affinity(avoid: list[str]) -> Obj:
-    """A required node affinity: only nodes that carry none of the `avoid` labels (GPU nodes)."""
-    terms = [{"matchExpressions": [{"key": key, "operator": "DoesNotExist"} for key in avoid]}]
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
 
 
 def _cpu_pod(spec: SweepSpec) -> Obj:
@@ -228,7 +229,7 @@ def aggregate_objects(spec: SweepSpec, spec_hash: str) -> list[Obj]:
     wait = {
         "name": "wait-rollout",
         "image": c.images.worker,
-        "imagePullPolicy": c.images.pull_policy,
+        "imagePullPolicy": c.images.policy_for(c.images.worker),
         "command": ["thicket"],
         "args": ["wait-job", n["rollout"], "--namespace", c.namespace, *release],
         "env": [_env("HOME", "/tmp"), _env("PYTHONUNBUFFERED", "1")],
@@ -245,7 +246,7 @@ def aggregate_objects(spec: SweepSpec, spec_hash: str) -> list[Obj]:
     main = {
         "name": "aggregate",
         "image": c.images.worker,
-        "imagePullPolicy": c.images.pull_policy,
+        "imagePullPolicy": c.images.policy_for(c.images.worker),
         "command": ["thicket"],
         "args": ["aggregate", spec.sweep_uri],
         "env": [_env("HOME", "/tmp"), _env("PYTHONUNBUFFERED", "1"), *s3_env(spec), *_user_env(spec, "aggregate")],

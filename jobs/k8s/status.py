@@ -21,7 +21,9 @@ from thicket.k8s.pod_reasons import (
     pod_index,
     pod_name,
 )
+from thicket.k8s.resume_indexes import RESUMED_INDEXES
 from thicket.k8s.status_view import SweepStatus
+from thicket.k8s.workload_status import QueueState, queue_state
 from thicket.spec import SweepSpec
 
 Obj = dict[str, Any]
@@ -73,11 +75,11 @@ def current_pods(pods: list[Obj]) -> list[Obj]:
     return [p for group in by_index.values() if (p := current_pod(group)) is not None]
 
 
-def idle_reason(job: Obj) -> str:
-    """Why an index of the Job has no pod."""
+def idle_reason(job: Obj, queue: QueueState | None = None) -> str:
+    """Why an index of the Job has no pod (for a queued Job, its Kueue Workload's reason)."""
     state = job_state(job)
     if state == "Suspended":
-        return "the job is suspended"
+        return (queue.reason() if queue else None) or "the job is suspended"
     if finished(job):
         return f"not run: the job is {state}"
     return f"no pod yet (parallelism {(job.get('spec') or {}).get('parallelism', '?')})"
@@ -114,13 +116,15 @@ def sweep_status(kube: Kube, namespace: str, sweep: str, storage: bool = True) -
     completions = int(spec_obj.get("completions") or 0)
     pods = kube.list("Pod", namespace, f"{SWEEP_LABEL}={sweep},{COMPONENT_LABEL}=rollout")  # paged
     events, events_note = warning_events(kube, namespace, current_pods(pods))
+    queue = queue_state(kube, job)
     rows = index_rows(completions, parse_index_set(status.get("completedIndexes")),
-                      parse_index_set(status.get("failedIndexes")), pods, events, idle_reason(job))
+                      parse_index_set(status.get("failedIndexes")), pods, events, idle_reason(job, queue))
     result = SweepStatus(
         sweep=sweep, namespace=namespace, job=job["metadata"]["name"], state=job_state(job), completions=completions,
         indexes={str(state): {row.index for row in rows if row.state is state} for state in IndexState},
         started=parse_time(status.get("startTime")), ended=parse_time(status.get("completionTime")),
-        rows=rows, events_note=events_note,
+        rows=rows, events_note=events_note, queue=queue,
+        resumed=(job["metadata"].get("annotations") or {}).get(RESUMED_INDEXES),
     )
     if finished(job) and result.ended is None:
         times = [parse_time(c.get("lastTransitionTime")) for c in status.get("conditions") or [] if c.get("status") == "True"]

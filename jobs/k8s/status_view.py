@@ -11,6 +11,7 @@ from typing import Any
 
 from thicket.index_sets import format_index_set
 from thicket.k8s.pod_reasons import IndexRow
+from thicket.k8s.workload_status import QueueState
 
 Obj = dict[str, Any]
 
@@ -48,6 +49,8 @@ class SweepStatus:
     aggregate: str | None = None
     rows: list[IndexRow] = field(default_factory=list)  # one per index
     events_note: str | None = None  # why the namespace's Events were not read
+    queue: QueueState | None = None  # a queued Job's Kueue Workload conditions
+    resumed: str | None = None  # a resumed Job's sweep indexes (thicket.k8s.resume_indexes)
     now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
     @property
@@ -91,6 +94,10 @@ class SweepStatus:
             out.append(f"tasks      {self.tasks_committed} of {self.tasks_total} committed ({self.fraction:.1%}) in {self.sweep_uri}")
         elif self.storage_note:
             out.append(f"tasks      {self.tasks_total or '?'} in all; committed: unknown ({self.storage_note})")
+        if self.resumed:
+            out.append(f"resumed    its completion indexes 0-{self.completions - 1} run the sweep's indexes {self.resumed}")
+        if self.queue is not None:
+            out.append(self.queue.line())
         if self.aggregate:
             out.append(f"aggregate  {self.aggregate}")
         if self.events_note:
@@ -122,6 +129,7 @@ class SweepStatus:
             "elapsed_s": _seconds(self.elapsed_s), "eta_s": _seconds(self.eta_s), "tasks_total": self.tasks_total,
             "tasks_committed": self.tasks_committed, "storage_note": self.storage_note, "sweep_uri": self.sweep_uri,
             "aggregate": self.aggregate, "events_note": self.events_note,
+            "queue": self.queue.line().split(None, 1)[1] if self.queue else None,
         }
         return {"summary": summary, "indexes": [row.as_json() for row in self.rows]}
 

@@ -54,6 +54,15 @@ def _classes(kube: Kube) -> str:
 
 MISSING_CLASS = re.compile(r'storageclass\.storage\.k8s\.io "([^"]+)" not found')
 NO_CLASS = "no storage class is set"
+# A block-storage class asked for ReadWriteMany: the provisioner refuses the access mode, in its
+# own words. EBS CSI: 'Volume capabilities MULTI_NODE_MULTI_WRITER not supported. Only
+# AccessModes[ReadWriteOnce] supported' (kubernetes-sigs/aws-ebs-csi-driver#2237); the in-tree GCE
+# PD / EBS plugins: 'invalid AccessModes [ReadWriteMany]: only AccessModes [ReadWriteOnce
+# ReadOnlyMany] are supported'; GCE PD CSI: 'specified multi writer with mount access type'. The
+# external provisioner prefixes each with 'failed to provision volume with StorageClass "NAME"'.
+ACCESS_MODE_REFUSED = re.compile(r'provision volume with StorageClass "([^"]+)".*?'
+                                 r"(MULTI_NODE_\w+|invalid AccessModes|multi.?writer|access.?mode)", re.I | re.S)
+RWX_CLASSES = "efs-sc on EKS (the EFS CSI driver), standard-rwx or premium-rwx on GKE (Filestore)"
 
 
 def claim_problem(kube: Kube, namespace: str, claim: str) -> str | None:
@@ -81,10 +90,20 @@ def claim_problem(kube: Kube, namespace: str, claim: str) -> str | None:
         if found := MISSING_CLASS.search(message):
             return (f"persistentvolumeclaim/{claim} stays Pending: StorageClass {found[1]!r} does not exist "
                     f"(event {event.get('reason')}){_classes(kube)}: {fix}")
+        if found := ACCESS_MODE_REFUSED.search(message):
+            mode = ", ".join((pvc.get("spec") or {}).get("accessModes") or ["ReadWriteMany"])
+            return (f"persistentvolumeclaim/{claim} stays Pending: StorageClass {found[1]!r} cannot provision {mode} "
+                    f"(event {event.get('reason')}: {_short(message)}); the model cache needs a class that can: "
+                    f"{RWX_CLASSES}; {fix}")
         if NO_CLASS in message:
             return (f"persistentvolumeclaim/{claim} stays Pending: it names no StorageClass and the cluster has no "
                     f"default one (event {event.get('reason')}){_classes(kube)}: {fix}")
     return None
+
+
+def _short(message: str, limit: int = 200) -> str:
+    line = " ".join(message.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def claim_check(kube: Kube, spec: SweepSpec) -> Callable[[], None] | None:

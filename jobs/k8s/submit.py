@@ -19,6 +19,7 @@ from thicket.k8s.names import COMPONENT_LABEL, SWEEP_LABEL, TEMPLATE_HASH
 from thicket.k8s.owners import adopt, release
 from thicket.k8s.prefetch import is_prefetch
 from thicket.k8s.preflight import preflight
+from thicket.k8s.resume_indexes import clamp_to_live, plan, resumed_job
 from thicket.k8s.storage_class import claim_check
 from thicket.spec import SweepSpec
 
@@ -82,6 +83,7 @@ def apply_object(kube: Kube, obj: Obj, replace: bool = False) -> str:
             kube.create(obj)
             return "replaced"
         mutable = {k: obj["spec"][k] for k in ("parallelism", "ttlSecondsAfterFinished", "maxFailedIndexes") if k in obj["spec"]}
+        mutable = clamp_to_live(mutable, live)  # a resumed Job runs fewer indexes than the spec renders
         want = {"metadata": _meta_subset(obj), "spec": mutable}
         if is_subset(want, live):
             return "unchanged"
@@ -115,6 +117,14 @@ def _finished_jobs(kube: Kube, objects: list[Obj]) -> list[Obj]:
     return ended
 
 
+def _resumed(kube: Kube, spec: SweepSpec, job: Obj, echo: Callable[[str], None]) -> Obj:
+    """The finished rollout Job to create again, cut to its unfinished indexes (thicket.k8s.resume_indexes)."""
+    live = kube.get("Job", job["metadata"]["namespace"], job["metadata"]["name"]) or {}
+    found = plan(spec, live)
+    echo(found.line(job["metadata"]["name"]))
+    return resumed_job(job, found.unfinished)
+
+
 def is_rollout(obj: Obj) -> bool:
     return obj["kind"] == "Job" and obj["metadata"]["labels"].get(COMPONENT_LABEL) == "rollout"
 
@@ -130,18 +140,22 @@ def _failed_prefetches(kube: Kube, objects: list[Obj]) -> list[tuple[Obj, str]]:
 
 
 def submit(kube: Kube, spec: SweepSpec, objects: list[Obj], replace: bool = False, resume: bool = False,
-           echo: Callable[[str], None] = print, canary: bool = False, canary_timeout_s: float = 3600,
+           echo: Callable[[str], None] = print, canary: bool = False, canary_timeout_s: float | None = None,
            sleep: Callable[[float], None] | None = None, clock: Callable[[], float] | None = None) -> dict[str, str]:
     """Create or update the sweep's objects, in order, waiting for the prefetch Job (if any) before
     the rollout's; then make the Jobs own the rest (thicket.k8s.owners). `resume` recreates its
-    finished Jobs: every index runs again, and one whose tasks are all committed exits at once (the
-    worker checks before it waits for its servers), so only the failed or unfinished indexes do work.
+    finished Jobs, the rollout Job with only its unfinished indexes (thicket.k8s.resume_indexes:
+    neither the old Job's completedIndexes nor the indexes whose tasks are all committed take a node).
     A prefetch Job that failed before is deleted and created again. `canary`: a rollout Job this call
-    creates starts with parallelism 1 and scales to the spec's only once index 0 succeeded (run_canary);
-    the aggregation Job is created after that."""
+    creates starts with parallelism 1 and scales to the spec's only once index 0 committed its first
+    shard (run_canary; canary_timeout_s None: derived from the pod's deadline); the aggregation Job is
+    created after that."""
     for warning in preflight(kube, spec, objects):
         echo(f"warning: {warning}")
     rerun = _finished_jobs(kube, objects) if resume else []
+    objects = [_resumed(kube, spec, o, echo) if o in rerun and is_rollout(o) else o for o in objects]
+    rerun = [next(n for n in objects if n["metadata"]["name"] == o["metadata"]["name"] and n["kind"] == o["kind"])
+             for o in rerun]
     # Jobs whose pod template changed go first, before the ConfigMap changes under running pods.
     stale = []
     for obj in objects:

@@ -31,7 +31,7 @@ TREE_FIELDS = (
     "tasks.env", "tasks.env_args", "tasks.max_observation_chars", "tasks.env_server.adapter",
     "search",
     "policy.kind", "policy.model", "policy.temperature", "policy.top_p", "policy.max_tokens",
-    "policy.constrain_actions", "policy.max_thought_chars", "policy.show_valid_actions",
+    "policy.constrain_actions", "policy.max_thought_chars", "policy.show_valid_actions", "policy.revision",
     "seed", "cluster.model",
 )
 # vLLM server flags (policy.server.args, cluster.vllm_args) that change the model or its samples.

@@ -19,6 +19,7 @@ def fake(tmp_path, monkeypatch):
                          "data": {"AWS_ACCESS_KEY_ID": "a2V5", "AWS_SECRET_ACCESS_KEY": "c2VjcmV0"}})
     fake.put("persistentvolumeclaims", {"metadata": {"name": "thicket-models", "namespace": "thicket"}})
     fake.job_ends["prefetch"] = "Complete"  # the model is in the cache at once
+    fake.put("localqueues", {"metadata": {"name": "gpu", "namespace": "thicket"}})  # Kueue's, for cluster.queue: gpu
     with serve(fake) as url:
         monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", url)))
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)

@@ -88,7 +88,10 @@ def test_make_rollout_submits_with_its_checks_and_says_what_it_did(fake, tmp_pat
     spec.write_text(yaml.safe_dump(BASE))
     env = {**os.environ, "KUBECONFIG": fake.kubeconfig}
     make = ["make", "-o", "venv", "rollout", f"BIN={Path(sys.executable).parent}"]
-    run = subprocess.run([*make, f"SPEC={spec}"], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    # The canary by default (the fake cluster runs no pod: NO_CANARY=1 here); `make -n` shows the command.
+    dry = subprocess.run([*make, "-n", f"SPEC={spec}"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert "thicket submit \"$SPEC\"" in dry.stdout and "--no-canary" not in dry.stdout, dry.stdout
+    run = subprocess.run([*make, f"SPEC={spec}", "NO_CANARY=1"], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
     assert run.returncode == 0, run.stderr
     assert "job/tc created" in run.stdout and "---" not in run.stdout  # what it did, no YAML mixed in
     assert fake.get("jobs", "thicket", "tc") is not None
@@ -117,10 +120,10 @@ def test_a_changed_pod_template_needs_replace(fake):
 def test_submit_cli_against_the_fake_cluster(fake, tmp_path, cli):
     spec = tmp_path / "s.yaml"
     spec.write_text(yaml.safe_dump(BASE))
-    code, out, err = cli("submit", str(spec))
+    code, out, err = cli("submit", str(spec), "--no-canary")
     assert code == 0, err
     assert "job/tc created" in out and "thicket status tc -n thicket" in out
-    code, out, _ = cli("submit", str(spec))
+    code, out, _ = cli("submit", str(spec), "--no-canary")
     assert code == 0 and out.count("unchanged") == 8  # ConfigMap, RBAC, prefetch, rollout, waiter and aggregation Jobs
 
 
@@ -236,6 +239,24 @@ def test_logs_stream_the_latest_pod_of_an_index(fake, cli):
                            (["--index", "1", "-c", "nope"], "--container: 'nope' is not in pod")):
         code, _, err = cli("logs", "tc", *args)
         assert code == 2 and expected in err and err.count("\n") == 1, err
+
+
+def test_logs_previous_reads_the_crashed_instance(fake, cli):
+    """`--previous` asks pods/log for `previous=true`: the container's instance before its last restart
+    (https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/#get-read-log-of-the-specified-pod),
+    where a crash-looping vLLM's error is; without a restart the API answers 400, one line here."""
+    spec = make_spec()
+    submit(connect(), spec, render(spec), echo=lambda _: None)
+    pod = add_pod(fake, 1, "Running", "tc-1-ccccc")
+    fake.logs[(pod, "vllm")] = "INFO starting\n"
+    fake.previous_logs[(pod, "vllm")] = "torch.OutOfMemoryError: CUDA out of memory\n"
+    code, out, err = cli("logs", "tc", "--index", "1", "-c", "vllm", "--previous")
+    assert code == 0 and out == "torch.OutOfMemoryError: CUDA out of memory\n" and "previous instance" in err, err
+    assert ("GET", f"/api/v1/namespaces/thicket/pods/{pod}/log") in fake.requests
+    code, _, err = cli("logs", "tc", "--index", "1", "-c", "worker", "--previous")
+    assert code == 2 and 'previous terminated container "worker"' in err.splitlines()[-1] and err.count("error") == 1, err
+    code, _, err = cli("logs", "tc", "--index", "1", "--previous", "--follow")
+    assert code == 2 and err.count("\n") == 1 and "--follow" in err, err
 
 
 def test_cancel_deletes_the_sweeps_objects_and_its_pods(fake):

@@ -76,7 +76,7 @@ def test_submit_refuses_kubernetes_before_1_29_and_warns_before_1_33(fake, tmp_p
                           "use native sidecars, the Indexed Job's backoffLimitPerIndex and podFailurePolicy FailIndex")
     assert not posts(fake)
     fake.server_version = {"major": "1", "minor": "31", "gitVersion": "v1.31.4-gke.1"}
-    code, out, err = cli("submit", write_spec(tmp_path))
+    code, out, err = cli("submit", write_spec(tmp_path), "--no-canary")
     assert code == 0, err
     assert "warning: the cluster runs Kubernetes v1.31.4-gke.1: native sidecars" in out and "beta" in out
     fake.server_version = {"major": "1", "minor": "33", "gitVersion": "v1.33.0"}
@@ -242,7 +242,7 @@ def test_canary_times_out_with_the_index_reason(fake):
     with pytest.raises(Unavailable) as err:
         submit(connect(), spec, render(spec), canary=True, canary_timeout_s=1800, sleep=lambda _: None,
                clock=lambda: next(ticks), **QUIET)
-    assert str(err.value).startswith("canary: job/tc index 0 did not succeed within 30m 00s (no pod yet)")
+    assert str(err.value).startswith("canary: job/tc index 0 committed no shard within 30m 00s (no pod yet)")
     assert fake.get("jobs", "thicket", "tc")["spec"]["suspend"] is True
 
 
@@ -327,3 +327,33 @@ def test_watch_of_500_indexes_shows_the_summary_and_eta_in_a_40_line_terminal(fa
     lines = out.splitlines()
     assert lines[0].startswith("sweep      tc") and lines[2].startswith("indexes    500:")
     assert len(lines) <= 40 and any(line.startswith("progress") for line in lines[:8]), out
+
+
+@pytest.mark.parametrize("message", [
+    # EBS CSI (kubernetes-sigs/aws-ebs-csi-driver#2237), behind the external provisioner's prefix.
+    'failed to provision volume with StorageClass "gp2": rpc error: code = InvalidArgument desc = Volume '
+    "capabilities MULTI_NODE_MULTI_WRITER not supported. Only AccessModes[ReadWriteOnce] supported.",
+    # The in-tree plugins (GCE PD, EBS).
+    'Failed to provision volume with StorageClass "gp2": invalid AccessModes [ReadWriteMany]: only AccessModes '
+    "[ReadWriteOnce ReadOnlyMany] are supported",
+])
+def test_a_class_that_refuses_read_write_many_stops_the_prefetch_wait_naming_the_class(fake, message):
+    """EKS's gp2/gp3 and GKE's standard-rwo are block storage: a ReadWriteMany claim on them stays
+    Pending with a ProvisioningFailed event; the prefetch Job would wait its whole timeout (3,600 s)
+    and then blame the model id. The wait stops at the first check, naming the StorageClass."""
+    fake.job_ends.pop("prefetch")  # the prefetch pod waits for the claim
+    pvc = fake.get("persistentvolumeclaims", "thicket", "thicket-models")
+    pvc.update(spec={"storageClassName": "gp2", "accessModes": ["ReadWriteMany"]}, status={"phase": "Pending"})
+    fake.storage_classes["gp2"] = {"metadata": {"name": "gp2"}}
+    fake.put("events", {"metadata": {"name": "pvc.2", "namespace": "thicket"}, "type": "Warning",
+                        "reason": "ProvisioningFailed", "message": message,
+                        "involvedObject": {"kind": "PersistentVolumeClaim", "name": "thicket-models"}})
+    spec = make_spec()
+    with pytest.raises(BadInput) as err:
+        submit(connect(), spec, render(spec), **QUIET)
+    text = str(err.value)
+    assert text.startswith("persistentvolumeclaim/thicket-models stays Pending: StorageClass 'gp2' cannot "
+                           "provision ReadWriteMany (event ProvisioningFailed: "), text
+    assert "efs-sc on EKS" in text and "standard-rwx" in text and "\n" not in text
+    assert "meta-llama" not in text and "model id" not in text
+    assert fake.get("jobs", "thicket", "tc") is None  # no rollout

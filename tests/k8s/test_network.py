@@ -83,10 +83,15 @@ def test_the_rule_catches_a_pod_without_the_annotation_and_a_policy_without_egre
     assert any("no `to`" in p for p in credential_problems([everything]))
 
 
-def _egress_admits(policy: dict, address: str) -> bool:
-    """Whether the policy's ipBlock rules admit egress to an address outside the cluster."""
+def _egress_admits(policy: dict, address: str, port: int = 80, protocol: str = "TCP") -> bool:
+    """Whether the policy's ipBlock rules admit egress to an address outside the cluster, on a port.
+    Kubernetes, "Network Policies" (NetworkPolicyEgressRule): a rule admits traffic that matches one
+    of its peers and one of its ports (no ports: every port; a port's protocol defaults to TCP)."""
     ip = ipaddress.ip_address(address)
     for rule in policy["spec"]["egress"]:
+        ports = rule.get("ports") or []
+        if ports and not any(p["port"] == port and p.get("protocol", "TCP") == protocol for p in ports):
+            continue
         for peer in rule.get("to", []):
             block = peer.get("ipBlock")
             if not block:
@@ -110,3 +115,24 @@ def test_the_network_policy_closes_the_metadata_addresses_and_nothing_else():
     assert {"to": [{"namespaceSelector": {}}]} in policy["spec"]["egress"]  # DNS, in-cluster S3
     for version in ("1.29.0", "1.37.0"):
         kubernetes_validate.validate(policy, version, strict=True)
+
+
+def test_dns_reaches_the_node_local_resolvers_while_the_metadata_http_stays_closed():
+    """GKE with Cloud DNS ("Using Cloud DNS for GKE"; always on Autopilot) gives every pod
+    `nameserver 169.254.169.254`, the metadata server, which answers DNS on port 53 (Cloud DNS,
+    "Name resolution order"); NodeLocal DNSCache listens on 169.254.20.10. Neither is a pod, so the
+    namespaceSelector rule never admits them: before, the except list dropped every lookup on GKE
+    and the worker could not resolve its storage (exit 3, every index retried)."""
+    (policy,) = by_kind(render(spec_with(network_policy=True)), "NetworkPolicy")
+    for resolver in ("169.254.169.254", "169.254.20.10"):
+        for protocol in ("UDP", "TCP"):  # UDP first; TCP for answers over 512 bytes (RFC 7766)
+            assert _egress_admits(policy, resolver, 53, protocol), (resolver, protocol)
+    # The metadata server's HTTP API (80; 443 kept closed too) stays denied on every address.
+    for cidr in METADATA_CIDRS:
+        for port in (80, 443, 8080):
+            assert not _egress_admits(policy, cidr.split("/")[0], port), (cidr, port)
+    assert credential_problems([policy]) == []
+    # A DNS rule that also opened port 80 to the metadata address is caught.
+    leaky = copy.deepcopy(policy)
+    leaky["spec"]["egress"][-1]["ports"].append({"protocol": "TCP", "port": 80})
+    assert any("169.254.169.254/32 (cloud metadata) is admitted" in p for p in credential_problems([leaky]))

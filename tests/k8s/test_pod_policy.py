@@ -174,9 +174,9 @@ def test_an_optional_network_policy_and_pod_monitor_select_the_rollout_pods(fake
     # Submitted and cancelled with the sweep.
     client = connect()
     done = submit(client, spec, objects, echo=lambda _: None)
-    assert done["networkpolicy/tc-ingress"] == done["podmonitor/tc-metrics"] == "created"
+    assert done["networkpolicy/tc-network"] == done["podmonitor/tc-metrics"] == "created"
     cancel(client, "thicket", "tc", echo=lambda _: None)
-    assert fake.get("networkpolicies", "thicket", "tc-ingress") is None
+    assert fake.get("networkpolicies", "thicket", "tc-network") is None
     assert fake.get("podmonitors", "thicket", "tc-metrics") is None
 
 

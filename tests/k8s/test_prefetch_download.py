@@ -12,8 +12,9 @@ What is proven:
   connection for "offline" and quietly falls back to the cache, HF_HUB_OFFLINE or not).
 
 What stands in for what (the only changes to the rendered containers):
-- the vLLM image's `hf` and `python3` -> the vLLM venv's (PATH names its bin folder first; the
-  command lines run unchanged);
+- the prefetch image's `hf` and the vLLM image's `python3` -> the vLLM venv's (the same
+  huggingface_hub as requirements/prefetch.txt pins; PATH names its bin folder first; the command
+  lines run unchanged);
 - huggingface.co -> tests.support.hub_stub, named by HF_ENDPOINT (added to both containers' env);
 - the volumes -> temp folders: the model-cache claim one folder for both pods, each emptyDir its own;
   env values under a mount path are rewritten to the folder;
@@ -74,7 +75,7 @@ class Prefetched:
 
 def sweep_spec(vllm_port: int) -> SweepSpec:
     data = copy.deepcopy(BASE)
-    data["policy"] = {**data["policy"], "model": REPO_ID}
+    data["policy"] = {**data["policy"], "model": REPO_ID, "revision": COMMIT}  # pinned: policy.revision
     data["cluster"] = {"vllm_port": vllm_port, "vllm_args": list(CPU_ARGS), "env": {"vllm": dict(CPU_ENV)}}
     return parse_spec(data, "s.yaml")
 
@@ -148,7 +149,10 @@ def test_the_rendered_prefetch_downloads_the_repository_but_not_its_original_fol
     # The blobs carry the names the hub's ETags gave them: the git blob id, the sha256 for LFS files.
     blobs = {blob.name for blob in (prefetched.cache() / "blobs").iterdir()}
     assert blobs == {file.blob_name() for file in wanted.values()}
-    assert (prefetched.cache() / "refs" / "main").read_text() == COMMIT
+    # policy.revision pins the commit: every request names it, none the moving `main`.
+    requested = [path for path in prefetched.hub.paths_requested() if REPO_ID in path]
+    assert requested and all(f"/{COMMIT}" in path for path in requested), requested
+    assert not (prefetched.cache() / "refs" / "main").exists()
     assert prefetched.hub.tree_pages_served() > 1  # the listing's pages were followed
     assert prefetched.hub.unknown == []  # the stub answered every request it got
 
@@ -159,6 +163,7 @@ def test_the_rendered_vllm_serves_the_prefetched_model_with_the_hub_offline(pref
     vllm = containers(pod)["vllm"]
     args = vllm["args"]
     assert args[args.index("--model") + 1] == REPO_ID  # loaded by its hub id, not by a path
+    assert args[args.index("--revision") + 1] == COMMIT  # the commit the prefetch downloaded
     hub = prefetched.hub
     env = container_env(pod, vllm, prefetched.root, hub.url)
     assert env["HF_HUB_OFFLINE"] == "1"

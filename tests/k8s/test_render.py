@@ -101,7 +101,9 @@ def test_rollout_job_is_indexed_with_per_index_retries_and_a_failure_policy():
     assert s["template"]["spec"]["restartPolicy"] == "Never"
     rules = s["podFailurePolicy"]["rules"]
     assert {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]} in rules
-    assert {"action": "FailIndex", "onExitCodes": {"containerName": "worker", "operator": "In", "values": [2]}} in rules
+    # Exit 2 (bad input) and exit 3 (a server or storage unreachable) fail the index at once (fault_price).
+    assert {"action": "FailIndex", "onExitCodes": {"containerName": "worker", "operator": "In", "values": [2, 3]}} in rules
+    assert "suspend" not in s  # no Kueue queue: created running
     assert job["metadata"]["name"] == "tc" and job["metadata"]["namespace"] == "thicket"
 
 

@@ -2,8 +2,9 @@
 
 It speaks the REST paths thicket's controller uses (namespaced CRUD for ConfigMaps, Secrets,
 ServiceAccounts, PVCs, Pods, Events, Roles, RoleBindings and Jobs; label and field selectors; paged
-lists (limit / continue); JSON merge patch; pod logs; owner references collected at once; /version;
-StorageClasses; scripted failures: 429 with Retry-After, 5xx, dropped connections) with the status codes of the real server (404, 409, 403, 422 for a changed Job
+lists (limit / continue); JSON merge patch; pod logs (and `previous=true`: 400 when the container
+has not restarted); owner references collected at once; /version; StorageClasses; PriorityClasses;
+Kueue Workloads and LocalQueues; scripted failures: 429 with Retry-After, 5xx, dropped connections) with the status codes of the real server (404, 409, 403, 422 for a changed Job
 template), so the controller's real client code runs end to end against it. Not a validator:
 schema and semantic checks live in the manifest tests.
 """
@@ -24,7 +25,7 @@ from tests.support.http_stub import QuietHandler, serving
 
 PATH = re.compile(
     r"^/(?:api/v1|apis/batch/v1|apis/rbac\.authorization\.k8s\.io/v1|apis/networking\.k8s\.io/v1"
-    r"|apis/monitoring\.coreos\.com/v1)/namespaces/(?P<ns>[^/]+)"
+    r"|apis/monitoring\.coreos\.com/v1|apis/kueue\.x-k8s\.io/v1beta1)/namespaces/(?P<ns>[^/]+)"
     r"(?:/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>log|status))?)?)?$"
 )
 
@@ -69,6 +70,8 @@ class FakeKube:
         self.namespaces = set(namespaces)
         self.objects: dict[tuple[str, str, str], dict] = {}  # (plural, ns, name) -> object
         self.logs: dict[tuple[str, str], str] = {}  # (pod, container) -> text
+        self.previous_logs: dict[tuple[str, str], str] = {}  # (pod, container) -> its previous instance's text
+        self.priority_classes: dict[str, int] = {}  # PriorityClass name -> value (cluster-scoped)
         self.forbidden: set[tuple[str, str]] = set()  # (method, plural)
         self.requests: list[tuple[str, str]] = []
         # Jobs that end as soon as they are created, by component label: {"prefetch": "Complete"}.
@@ -127,6 +130,14 @@ class FakeKube:
                 if name in self.storage_classes:
                     return 200, copy.deepcopy(self.storage_classes[name])
                 return 404, status(404, f'storageclasses.storage.k8s.io "{name}" not found')
+            if parsed.path.startswith("/apis/scheduling.k8s.io/v1/priorityclasses/"):  # cluster-scoped
+                name = parsed.path.rsplit("/", 1)[1]
+                if ("GET", "priorityclasses") in self.forbidden:
+                    return 403, status(403, f'priorityclasses.scheduling.k8s.io "{name}" is forbidden: User "test" '
+                                            'cannot get resource "priorityclasses" at the cluster scope')
+                if name in self.priority_classes:
+                    return 200, {"kind": "PriorityClass", "metadata": {"name": name}, "value": self.priority_classes[name]}
+                return 404, status(404, f'priorityclasses.scheduling.k8s.io "{name}" not found')
             if parsed.path.startswith("/api/v1/namespaces/") and parsed.path.count("/") == 4:
                 ns = parsed.path.rsplit("/", 1)[1]
                 if ("GET", "namespaces") in self.forbidden:
@@ -149,7 +160,12 @@ class FakeKube:
                 pod = self.get("pods", ns, name)
                 if pod is None:
                     return 404, status(404, f'pods "{name}" not found')
-                return 200, self.logs.get((name, query.get("container", [""])[0]), "")
+                container = query.get("container", [""])[0]
+                if query.get("previous", [""])[0] == "true":  # the API's answer when it has not restarted
+                    if (name, container) not in self.previous_logs:
+                        return 400, status(400, f'previous terminated container "{container}" in pod "{name}" not found')
+                    return 200, self.previous_logs[(name, container)]
+                return 200, self.logs.get((name, container), "")
             if name is None and method == "GET":
                 selector, fields = query.get("labelSelector", [""])[0], query.get("fieldSelector", [""])[0]
                 items = [copy.deepcopy(o) for (p, n, _), o in sorted(self.objects.items())

@@ -204,7 +204,8 @@ def sweep_problems(objects: list[Obj]) -> list[str]:
     - the rollout pod's activeDeadlineSeconds is above the worker's own deadlines
       (--wait-ready-timeout, and run.index_timeout_s from the spec in the ConfigMap it mounts), so
       the worker's clean exit comes first;
-    - a suspended Job is released by another of the sweep's Jobs (`wait-job --release NAME`)."""
+    - a suspended Job is released by another of the sweep's Jobs (`wait-job --release NAME`), or by
+      Kueue (it carries the queue label)."""
     import yaml
 
     problems = []
@@ -214,7 +215,8 @@ def sweep_problems(objects: list[Obj]) -> list[str]:
     for job in jobs:
         where = f"Job/{job['metadata']['name']}"
         pod = _pod(job)
-        if job["spec"].get("suspend") and job["metadata"]["name"] not in released:
+        queued = "kueue.x-k8s.io/queue-name" in (job["metadata"].get("labels") or {})  # Kueue releases it
+        if job["spec"].get("suspend") and job["metadata"]["name"] not in released and not queued:
             problems.append(f"{where}: suspended, and no Job of the sweep releases it")
         worker = next((c for c in pod["containers"] if "--wait-ready-timeout" in (c.get("args") or [])), None)
         if worker is None:
