@@ -183,3 +183,29 @@ def test_the_submitter_may_stop_a_kueue_workload():
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
     assert {("kueue.x-k8s.io", "workloads", verb) for verb in ("get", "list", "patch")} <= granted
     assert ("", "pods/log", "get") in granted  # the canary reads index 0's worker log
+
+
+def test_a_real_workers_json_log_opens_the_canary_gate(fake, tmp_path):
+    """The gate reads what the worker really prints in a pod (THICKET_LOG_FORMAT=json, as rendered):
+    a real `thicket worker` run's log, served as the pod's log, says a shard was committed."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from thicket.k8s.canary import committed_shard
+
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump({
+        "name": "gate", "tasks": {"env": "frozenlake", "start": 0, "stop": 2, "per_index": 2},
+        "search": {"algorithm": "sample", "samples": 2, "max_depth": 4}, "policy": {"kind": "uniform"},
+        "output": str(tmp_path / "out"), "run": {"progress": False}}))
+    env = {**os.environ, "JOB_COMPLETION_INDEX": "0", "THICKET_LOG_FORMAT": "json"}
+    worker = subprocess.run([str(Path(sys.executable).parent / "thicket"), "worker", "spec.yaml"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300, env=env)
+    assert worker.returncode == 0, worker.stderr[-2000:]
+    index_0_pod(fake)
+    pod = fake.get("pods", "thicket", POD)
+    fake.logs[(POD, "worker")] = "\n".join(line for line in worker.stderr.splitlines() if "commit" not in line)
+    assert not committed_shard(connect(), "thicket", [pod])  # the same log without its commit lines: closed
+    fake.logs[(POD, "worker")] = worker.stderr + worker.stdout
+    assert committed_shard(connect(), "thicket", [pod])
