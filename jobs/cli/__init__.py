@@ -23,7 +23,30 @@ from thicket.k8s.commands import COMMANDS as CLUSTER_COMMANDS  # render, submit,
 from thicket.logs import FORMAT_VARIABLE, FORMATS, LogFormat, setup_logging
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (Kubernetes' preemption and drain signal): unwinds as an interrupt does."""
+
+
+class Stopped(Exception):
+    """An interrupt (Ctrl-C, or SIGTERM's Terminated) once it left the command: click meets it as an
+    error, not as an interrupt, for which it would print a blank line before thicket's last line."""
+
+    def __init__(self, how: str, exit_code: int) -> None:
+        super().__init__(how)
+        self.how, self.exit_code = how, exit_code
+
+
+class ThicketGroup(click.Group):
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except Terminated:
+            raise Stopped("terminated (SIGTERM)", 143) from None
+        except KeyboardInterrupt:
+            raise Stopped("interrupted (Ctrl-C)", 130) from None
+
+
+@click.group(cls=ThicketGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="thicket")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug details.")
 @click.option("--log-format", type=click.Choice(FORMATS), default="text", show_default=True, envvar=FORMAT_VARIABLE,
@@ -36,10 +59,6 @@ def cli(verbose: bool, log_format: str) -> None:
 for _command in (validate, run, eval_command, worker, export, show, pull, aggregate, make_model,
                  *CLUSTER_COMMANDS, envs_command, serve_env):
     cli.add_command(_command)
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (Kubernetes' preemption and drain signal): unwinds as an interrupt does."""
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -58,11 +77,11 @@ def main() -> None:
         click.echo(err.ctx.get_help() if err.ctx else cli.get_help(click.Context(cli)))
         sys.exit(ExitCode.OK)
     except click.exceptions.Abort as err:
-        if isinstance(err.__context__, Terminated):
-            click.echo("terminated (SIGTERM)", err=True)
-            sys.exit(143)
-        click.echo("aborted", err=True)
-        sys.exit(130)
+        if isinstance(err.__context__, Terminated):  # a SIGTERM before or after the command ran
+            _stopped("terminated (SIGTERM)", 143)
+        _stopped("interrupted (Ctrl-C)", 130)
+    except Stopped as stop:
+        _stopped(stop.how, stop.exit_code)
     except click.exceptions.ClickException as err:  # usage mistakes: one line, exit 2
         click.echo(f"error: {err.format_message()}", err=True)
         sys.exit(ExitCode.BAD_INPUT if isinstance(err, click.UsageError) else err.exit_code)
@@ -70,8 +89,13 @@ def main() -> None:
         click.echo(f"error: {err}", err=True)
         sys.exit(err.exit_code)
     except Terminated:
-        click.echo("terminated (SIGTERM)", err=True)
-        sys.exit(143)
+        _stopped("terminated (SIGTERM)", 143)
     except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
+        _stopped("interrupted (Ctrl-C)", 130)
+
+
+def _stopped(how: str, code: int) -> None:
+    """A stop's last line: what stopped the command and how to go on (every command resumes or redoes
+    its work when run again: run and worker skip committed trees and resume the growing ones)."""
+    click.echo(f"{how}: run the same command again to resume", err=True)
+    sys.exit(code)

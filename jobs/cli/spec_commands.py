@@ -3,12 +3,12 @@ on a cluster)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
 import click
 
+from thicket.async_main import run_main
 from thicket.cli.common import allow_spec_change_option, examples, metrics_port_option, plural, spec_with_overrides
 from thicket.errors import BadInput, NothingAnswers
 from thicket.preconditions import check_local_inputs
@@ -97,7 +97,7 @@ def run(spec: str, output: str | None, indices: str | None, policy: str | None, 
         click.echo(note, err=True)
     tasks = parse_indices(indices, s.tasks) if indices is not None else list(range(s.tasks.start, s.tasks.stop))
     with metrics_served(metrics_port, "127.0.0.1"):
-        summary = asyncio.run(run_tasks(s, tasks, progress=progress,
+        summary = run_main(run_tasks(s, tasks, progress=progress,
                                         allow_spec_change=allow_spec_change or s.run.allow_spec_change))
     for line in summary.lines():
         click.echo(line)
@@ -183,7 +183,7 @@ def worker(spec: str, index: int | None, output: str | None, wait_for: tuple[str
                 from thicket.readiness import wait_ready
 
                 wait_ready(wait_for, wait_ready_timeout)
-            summary = asyncio.run(run_tasks(s, tasks, progress=False, store=store))
+            summary = run_main(run_tasks(s, tasks, progress=False, store=store))
     except NothingAnswers as err:  # in a pod: DNS or a server not up yet, not a spec mistake
         raise err.unavailable() from None
     for line in summary.lines():

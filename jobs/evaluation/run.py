@@ -8,11 +8,11 @@ an error say nothing about the policy and are counted apart, as `excluded`.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from thicket.async_main import run_main
 from thicket.errors import BadInput
 from thicket.evaluation.estimate import Estimate, bootstrap, pass_at_k
 from thicket.rollout.sweep import raise_for_failures, run_tasks
@@ -129,6 +129,6 @@ def outcomes(spec: SweepSpec, tasks: Sequence[int]) -> tuple[TaskOutcome, ...]:
 
 def evaluate(spec: SweepSpec, tasks: Sequence[int], ks: Sequence[int], progress: bool = False) -> Evaluation:
     """Run the eval sweep `spec` (from eval_spec) on `tasks` and estimate from its trees."""
-    summary = asyncio.run(run_tasks(spec, list(tasks), progress=progress))
+    summary = run_main(run_tasks(spec, list(tasks), progress=progress))
     raise_for_failures(summary)
     return Evaluation(spec.name, spec.tasks.env, outcomes(spec, tasks), tuple(ks), spec.seed)
