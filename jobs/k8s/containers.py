@@ -380,12 +380,6 @@ def _worker_container(spec: SweepSpec, sidecars: list[EnvSidecar]) -> Obj:
     }
 
 
-def cpu_node_affinity(avoid: list[str]) -> Obj:
-    """A required node affinity: only nodes that carry none of the `avoid` labels (GPU nodes)."""
-    terms = [{"matchExpressions": [{"key": key, "operator": "DoesNotExist"} for key in avoid]}]
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
-
-
 def _common_pod(spec: SweepSpec, node_selector: dict, tolerations: list) -> Obj:
     c = spec.cluster
     pod: Obj = {"restartPolicy": "Never", "enableServiceLinks": False}

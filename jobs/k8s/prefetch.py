@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from thicket.cluster_spec.resources import Resources
+from thicket.k8s.affinity import cpu_node_affinity
 from thicket.k8s.containers import (
     _common_pod,
     _env,
@@ -18,7 +19,6 @@ from thicket.k8s.containers import (
     _secret_env,
     _security,
     _user_env,
-    cpu_node_affinity,
     ephemeral,
     model_revision,
     pod_model,

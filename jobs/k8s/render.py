@@ -28,10 +28,10 @@ import yaml
 
 from thicket.cluster_spec.resources import Resources
 from thicket.errors import BadInput, ExitCode, ThicketError
+from thicket.k8s.affinity import cpu_node_affinity
 from thicket.k8s.containers import (
     _common_pod,
     _env,
-    cpu_node_affinity,
     _env_sidecar,
     _resources,
     _security,
