@@ -29,11 +29,17 @@ def queued(job: Obj) -> bool:
     return QUEUE_LABEL in (job["metadata"].get("labels") or {})
 
 
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # Kueue labels a Job's Workload with the Job's UID
+
+
 def workloads(kube: Kube, job: Obj) -> list[Obj]:
-    """The Kueue Workloads that the Job owns (Kueue sets the Job as their controller owner)."""
+    """The Kueue Workloads of the Job: by Kueue's job-uid label, else by their owner reference
+    (Kueue sets the Job as their controller owner)."""
     meta = job["metadata"]
-    return [w for w in kube.list("Workload", meta["namespace"], "")
-            if any(ref.get("uid") == meta.get("uid") for ref in w["metadata"].get("ownerReferences") or [])]
+    uid = meta.get("uid") or ""
+    found = kube.list("Workload", meta["namespace"], f"{JOB_UID_LABEL}={uid}") if uid else []
+    return found or [w for w in kube.list("Workload", meta["namespace"], "")
+                     if any(ref.get("uid") == uid for ref in w["metadata"].get("ownerReferences") or [])]
 
 
 def set_active(kube: Kube, job: Obj, active: bool) -> int:

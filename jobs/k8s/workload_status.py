@@ -15,11 +15,11 @@ from enum import Enum
 from typing import Any
 
 from thicket.k8s.client import Forbidden, Kube, NotFound, _one_line
+from thicket.k8s.kueue import workloads
 from thicket.k8s.names import QUEUE_LABEL
 
 Obj = dict[str, Any]
 
-JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 
 
 class WorkloadCondition(str, Enum):
@@ -82,14 +82,8 @@ def conditions(workload: Obj) -> tuple[Condition, ...]:
 
 
 def job_workload(kube: Kube, job: Obj) -> Obj | None:
-    """The Workload of the Job: by Kueue's job-uid label, else by its owner reference."""
-    meta = job["metadata"]
-    uid = meta.get("uid") or ""
-    found = kube.list("Workload", meta["namespace"], f"{JOB_UID_LABEL}={uid}") if uid else []
-    if not found:
-        found = [w for w in kube.list("Workload", meta["namespace"], "")
-                 if any(ref.get("uid") == uid for ref in w["metadata"].get("ownerReferences") or [])]
-    return found[0] if found else None
+    """The Workload of the Job (thicket.k8s.kueue.workloads), if Kueue made one yet."""
+    return next(iter(workloads(kube, job)), None)
 
 
 def queue_state(kube: Kube, job: Obj) -> QueueState | None:
