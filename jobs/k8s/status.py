@@ -5,6 +5,7 @@ thicket.k8s.pod_reasons; thicket.k8s.status_view prints it."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from thicket.errors import BadInput
@@ -13,6 +14,7 @@ from thicket.k8s.client import Forbidden, Kube, _one_line
 from thicket.k8s.job_wait import finished, job_state
 from thicket.k8s.names import COMPONENT_LABEL, SPEC_KEY, SWEEP_LABEL
 from thicket.k8s.pod_reasons import (
+    IndexRow,
     IndexState,
     current_pod,
     index_rows,
@@ -21,7 +23,7 @@ from thicket.k8s.pod_reasons import (
     pod_index,
     pod_name,
 )
-from thicket.k8s.resume_indexes import RESUMED_INDEXES
+from thicket.k8s.resume_indexes import RESUMED_INDEXES, index_map
 from thicket.k8s.status_view import SweepStatus
 from thicket.k8s.workload_status import QueueState, queue_state
 from thicket.spec import SweepSpec
@@ -119,6 +121,7 @@ def sweep_status(kube: Kube, namespace: str, sweep: str, storage: bool = True) -
     queue = queue_state(kube, job)
     rows = index_rows(completions, parse_index_set(status.get("completedIndexes")),
                       parse_index_set(status.get("failedIndexes")), pods, events, idle_reason(job, queue))
+    rows = sweep_index_rows(job, rows)
     result = SweepStatus(
         sweep=sweep, namespace=namespace, job=job["metadata"]["name"], state=job_state(job), completions=completions,
         indexes={str(state): {row.index for row in rows if row.state is state} for state in IndexState},
@@ -148,13 +151,36 @@ def sweep_status(kube: Kube, namespace: str, sweep: str, storage: bool = True) -
     return result
 
 
-def index_pod(kube: Kube, namespace: str, sweep: str, index: int) -> Obj:
-    job = sweep_jobs(kube, namespace, sweep)["rollout"]
+def sweep_index_rows(job: Obj, rows: list[IndexRow]) -> list[IndexRow]:
+    """The rows of a resumed Job (thicket.k8s.resume_indexes) named by the sweep's index, not the Job's
+    completion index: what the user's spec, the shards and `thicket logs --index` number by."""
+    mapping = index_map(job)
+    if mapping is None:
+        return rows
+    return [replace(row, index=mapping[row.index]) if row.index < len(mapping) else row for row in rows]
+
+
+def completion_index(job: Obj, sweep: str, index: int) -> int:
+    """The completion index that runs the sweep's `index` in `job` (a resumed Job runs a subset of them)."""
     completions = int((job.get("spec") or {}).get("completions") or 0)
-    if not 0 <= index < completions:
-        raise BadInput(f"--index: {index} is outside 0-{completions - 1} for sweep {sweep!r}")
+    mapping = index_map(job)
+    if mapping is None:
+        if not 0 <= index < completions:
+            raise BadInput(f"--index: {index} is outside 0-{completions - 1} for sweep {sweep!r}")
+        return index
+    if index not in mapping:
+        raise BadInput(f"--index: sweep index {index} is not run by the resumed job/{job['metadata']['name']} "
+                       f"(it runs the sweep's indexes {(job['metadata'].get('annotations') or {}).get(RESUMED_INDEXES)}; "
+                       "the others finished before it, with the earlier Job)")
+    return mapping.index(index)
+
+
+def index_pod(kube: Kube, namespace: str, sweep: str, index: int) -> Obj:
+    """The latest pod of the sweep's `index` (for a resumed Job, the pod of the completion index that runs it)."""
+    job = sweep_jobs(kube, namespace, sweep)["rollout"]
+    wanted, index = index, completion_index(job, sweep, index)
     selector = f"{SWEEP_LABEL}={sweep},{COMPONENT_LABEL}=rollout,batch.kubernetes.io/job-completion-index={index}"
     pods = [p for p in kube.list("Pod", namespace, selector) if pod_index(p) == index]
     if not pods:
-        raise BadInput(f"--index: no pod for index {index} of sweep {sweep!r} yet (see `thicket status {sweep}`)")
+        raise BadInput(f"--index: no pod for index {wanted} of sweep {sweep!r} yet (see `thicket status {sweep}`)")
     return max(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "")

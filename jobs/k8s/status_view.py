@@ -95,7 +95,8 @@ class SweepStatus:
         elif self.storage_note:
             out.append(f"tasks      {self.tasks_total or '?'} in all; committed: unknown ({self.storage_note})")
         if self.resumed:
-            out.append(f"resumed    its completion indexes 0-{self.completions - 1} run the sweep's indexes {self.resumed}")
+            out.append(f"resumed    this Job runs the sweep's indexes {self.resumed} (its completion indexes "
+                       f"0-{self.completions - 1}); indexes below are the sweep's, the others finished before it")
         if self.queue is not None:
             out.append(self.queue.line())
         if self.aggregate:

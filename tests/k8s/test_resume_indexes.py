@@ -18,7 +18,7 @@ from thicket.errors import BadInput
 from thicket.k8s.client import connect
 from thicket.k8s.render import render
 from thicket.k8s.resume_indexes import RESUMED_INDEXES
-from thicket.k8s.status import sweep_status
+from thicket.k8s.status import index_pod, sweep_status
 from thicket.k8s.submit import submit
 from thicket.rollout.completion_index import INDEX_MAP_ENV, sweep_index
 from thicket.shards.storage import commit_key
@@ -69,7 +69,8 @@ def test_resume_creates_a_job_of_only_the_unfinished_indexes(fake, store):
     env = worker_env(job)
     assert [sweep_index({**env, "JOB_COMPLETION_INDEX": str(i)}) for i in range(5)] == unfinished
     status = sweep_status(connect(), "thicket", "tc", storage=False)
-    assert "resumed    its completion indexes 0-4 run the sweep's indexes 3,6-9" in status.lines()
+    assert any(line.startswith("resumed    this Job runs the sweep's indexes 3,6-9 (its completion indexes 0-4)")
+               for line in status.lines())
 
     # Resumed again: the resumed Job's completedIndexes are its own (0 and 2: sweep indexes 3 and 7).
     finish(fake, completed="0,2")
@@ -79,6 +80,37 @@ def test_resume_creates_a_job_of_only_the_unfinished_indexes(fake, store):
     fake.get("jobs", "thicket", "tc")["status"] = {}
     assert submit(connect(), spec, render(spec), **QUIET)["job/tc"] in ("unchanged", "updated")
     assert fake.get("jobs", "thicket", "tc")["spec"]["parallelism"] <= 3
+
+
+def add_pod(fake, completion_index: int, phase: str) -> str:
+    name = f"tc-{completion_index}-abcde"
+    fake.put("pods", {
+        "metadata": {"name": name, "namespace": "thicket", "creationTimestamp": "2026-01-01T00:00:00Z", "labels": {
+            "thicket.dev/sweep": "tc", "app.kubernetes.io/component": "rollout", "batch.kubernetes.io/job-name": "tc",
+            "batch.kubernetes.io/job-completion-index": str(completion_index)}},
+        "spec": {"containers": [{"name": "worker"}]},
+        "status": {"phase": phase},
+    })
+    return name
+
+
+def test_status_and_logs_of_a_resumed_job_name_the_sweeps_indexes(fake, store):
+    """A resumed Job's pods carry their completion index (0..completions-1); what the user reads and
+    asks for is the sweep's index, which the spec, the shards and the first Job number by."""
+    spec = parse_spec({**BASE, "cluster": {"parallelism": 8}})
+    submit(connect(), spec, render(spec), **QUIET)
+    finish(fake, completed="0-2,4-5,7-9")  # sweep indexes 3 and 6 unfinished
+    submit(connect(), spec, render(spec), resume=True, **QUIET)
+    job = fake.get("jobs", "thicket", "tc")
+    job["status"] = {"startTime": "2026-01-01T00:00:00Z", "active": 1, "completedIndexes": "0"}
+    add_pod(fake, 0, "Succeeded")
+    running = add_pod(fake, 1, "Running")  # completion index 1 runs sweep index 6
+    status = sweep_status(connect(), "thicket", "tc", storage=False)
+    assert status.indexes["completed"] == {3} and status.indexes["running"] == {6}
+    assert [row.index for row in status.rows] == [3, 6]
+    assert index_pod(connect(), "thicket", "tc", 6)["metadata"]["name"] == running
+    with pytest.raises(BadInput, match=r"^--index: sweep index 1 is not run by the resumed job/tc \(it runs the sweep's indexes 3,6;"):
+        index_pod(connect(), "thicket", "tc", 1)
 
 
 def test_resume_with_every_index_finished_refuses(fake, store):
