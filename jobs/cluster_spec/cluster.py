@@ -186,6 +186,9 @@ class ClusterSpec(ClusterModel):
                 raise ValueError("prefix caching is always on: remove --no-enable-prefix-caching")
             if flag in MANAGED_VLLM_FLAGS:
                 raise ValueError(f"{flag} is set by thicket (use cluster.model / cluster.vllm_port)")
+            if flag == "--revision":  # the prefetch would download one revision and vLLM load another
+                raise ValueError("--revision is set by thicket from policy.revision (the revision the prefetch "
+                                 "downloads and vLLM loads): set policy.revision instead")
         if problem := logprobs_mode_problem(value):
             raise ValueError(problem)
         return value

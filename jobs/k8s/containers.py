@@ -228,7 +228,7 @@ def vllm_args(spec: SweepSpec) -> list[str]:
     ]
     extra = [a for a in without_logprobs_mode(c.vllm_args) if a not in COMMON_ARGS]
     flags = {a.split("=", 1)[0] for a in extra}
-    if (revision := model_revision(spec)) and "--revision" not in flags:
+    if revision := model_revision(spec):
         args += ["--revision", revision]  # what the prefetch downloaded (thicket.k8s.prefetch)
     if c.gpus > 1 and not flags & {"--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp"}:
         args += ["--tensor-parallel-size", str(c.gpus)]

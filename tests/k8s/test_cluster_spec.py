@@ -20,6 +20,7 @@ from thicket.errors import BadInput
         ({"images": {"worker": "Not An Image"}}, "cluster.images.worker: 'Not An Image' is not an image reference"),
         ({"vllm_args": ["--no-enable-prefix-caching"]}, "cluster.vllm_args: prefix caching is always on"),
         ({"vllm_args": ["--port=9000"]}, "cluster.vllm_args: --port is set by thicket"),
+        ({"vllm_args": ["--revision", "main"]}, "cluster.vllm_args: --revision is set by thicket from policy.revision"),
         ({"resources": {"worker": {"requests": {"memory": "lots"}}}}, "cluster.resources.worker.requests: 'lots' is not a Kubernetes quantity"),
         ({"resources": {"worker": {"requests": {"cpu": "4"}, "limits": {"cpu": "2"}}}}, "requests.cpu (4) is above limits.cpu (2)"),
         ({"resources": {"vllm": {"limits": {"nvidia.com/gpu": 1}}}}, "set GPUs with cluster.gpus"),
