@@ -63,18 +63,20 @@ class Fault(Enum):
     ENV_DIES = "env sidecar dies"
     PREEMPTED = "node preempted"
     DISK_EVICTION = "pod evicted for disk"
+    SLOW_LOAD = "model cache too slow at full scale"
 
 
 SCOPES = {
     Fault.IMAGE: Scope.AT_START, Fault.SECRET_OR_VOLUME: Scope.AT_START, Fault.VLLM_NEVER_READY: Scope.AT_START,
     Fault.VLLM_CRASH_LOOP: Scope.AT_START, Fault.EXIT_2: Scope.AT_START, Fault.EXIT_3: Scope.LATER,
     Fault.ENV_DIES: Scope.LOCAL, Fault.PREEMPTED: Scope.DISRUPTION, Fault.DISK_EVICTION: Scope.LOCAL,
+    Fault.SLOW_LOAD: Scope.LATER,
 }
 # The worker's exit code a fault ends in; None: no exit code of the worker's (a kill, a deadline).
 EXIT_CODES: dict[Fault, int | None] = {
     Fault.VLLM_NEVER_READY: int(ExitCode.UNAVAILABLE), Fault.VLLM_CRASH_LOOP: int(ExitCode.UNAVAILABLE),
     Fault.EXIT_2: int(ExitCode.BAD_INPUT), Fault.EXIT_3: int(ExitCode.UNAVAILABLE),
-    Fault.ENV_DIES: int(ExitCode.UNAVAILABLE),
+    Fault.ENV_DIES: int(ExitCode.UNAVAILABLE), Fault.SLOW_LOAD: int(ExitCode.UNAVAILABLE),
 }
 
 
@@ -105,6 +107,12 @@ class Guards:
     env_retry_s: float
     lost_work_s: float  # run.shard_wait_s + run.checkpoint.every_s: trees not yet in a committed shard
     index_work_s: float
+    # The estimated seconds for every pod of the full parallelism to load the model from the shared
+    # cache (thicket.k8s.node_fit.load_estimates, the slowest), and the window it must fit; None: no
+    # shared cache, so no estimate.
+    load_s: float | None = None
+    load_window_s: int = 0
+    pods_a_node: int = 1  # rollout pods one node of the picked type holds: a node's preemption ends them all
 
 
 @dataclass(frozen=True)
@@ -179,13 +187,33 @@ def time_to_fail(fault: Fault, shape: JobShape, guards: Guards) -> float:
     return start + ready + guards.lost_work_s  # DISK_EVICTION: killed, its uncommitted trees lost, restarted
 
 
+def slow_load_price(shape: JobShape, guards: Guards) -> Price:
+    """Every pod of the full parallelism reads the model from one shared cache at once, sharing its
+    throughput: the canary's one pod loads in time, and when the estimate exceeds the window each pod
+    of the scale-up waits --wait-ready-timeout and exits 3, until maxFailedIndexes stops the Job. The
+    price is that when the estimate says so, and nothing otherwise (an estimate, not a measurement)."""
+    if guards.load_s is None or guards.load_s <= guards.load_window_s:
+        why = ("no shared model cache (each pod loads on its own)" if guards.load_s is None else
+               f"not expected: ~{guards.load_s:.0f} s to load at parallelism {shape.parallelism}, "
+               f"window {guards.load_window_s} s")
+        return Price(Fault.SLOW_LOAD, 0, 0, 0.0, why, shape.gpus_per_pod)
+    code = EXIT_CODES[Fault.SLOW_LOAD]
+    pods = failing_batches(shape) * shape.parallelism - (1 if guards.canary else 0)  # the canary's pod loaded alone
+    return Price(Fault.SLOW_LOAD, pods, attempts(shape, code), guards.start_allowance_s + shape.wait_ready_s,
+                 f"expected (~{guards.load_s:.0f} s to load, window {guards.load_window_s} s): "
+                 + _stopper(shape, code, "maxFailedIndexes"), shape.gpus_per_pod)
+
+
 def price(fault: Fault, shape: JobShape, guards: Guards) -> Price:
+    if fault is Fault.SLOW_LOAD:
+        return slow_load_price(shape, guards)
     seconds, code = time_to_fail(fault, shape, guards), EXIT_CODES.get(fault)
     scope = SCOPES[fault]
     if scope is Scope.AT_START and guards.canary:
         return Price(fault, 1, 1, seconds, "the canary (index 0 alone, stopped at its first failure)", shape.gpus_per_pod)
     if scope is Scope.DISRUPTION and shape.ignores_disruption:
-        return Price(fault, 1, 1, seconds, "Ignore rule: retried, not counted (per event)", shape.gpus_per_pod)
+        return Price(fault, guards.pods_a_node, 1, seconds, "Ignore rule: retried, not counted (per event: the "
+                     f"node's {guards.pods_a_node} pod(s))", shape.gpus_per_pod)
     if scope in (Scope.AT_START, Scope.LATER):
         batches, tries = failing_batches(shape), attempts(shape, code)
         if scope is Scope.LATER and (batches > 1 or tries > 1):
@@ -238,21 +266,45 @@ FIXES = {
     Fault.ENV_DIES: "lower tasks.env_server.retry_deadline_s or cluster.backoff_limit_per_index",
     Fault.PREEMPTED: "lower cluster.start_allowance_s or cluster.probes.vllm_startup_s (each restart reloads the model)",
     Fault.DISK_EVICTION: "lower cluster.backoff_limit_per_index, or raise cluster.ephemeral_storage",
+    Fault.SLOW_LOAD: "use a faster model cache (cluster.model_cache.storage_class: EFS elastic, Filestore premium-rwx "
+                     "or zonal-rwx), lower cluster.parallelism, or raise cluster.probes.vllm_startup_s",
 }
 
 
-def guards(spec: Any, canary: bool = True) -> Guards:
+def pods_a_node(spec: Any, objects: list[Obj]) -> int:
+    """The most rollout pods one node of a type cluster.node_selector picks holds (thicket.k8s.node_fit);
+    with no selector, or one thicket cannot check, the most any GPU node type holds."""
+    from thicket.k8s.containers import pod_model
+    from thicket.k8s.names import serves_vllm
+    from thicket.k8s.node_fit import fits, pod_request, rollout_pod, selector_picks, weights_gib
+
+    pod = rollout_pod(objects)
+    if pod is None:
+        return 1
+    model_gib = weights_gib(pod_model(spec)) if serves_vllm(spec) else None
+    every = [f for f in fits(pod_request(pod), model_gib, spec.cluster.node_disk_gib) if f.fits]
+    selector = spec.cluster.node_selector
+    picked = [f for f in every if selector and selector_picks(f.node, selector)]
+    return max((f.pods for f in picked or every), default=1)
+
+
+def guards(spec: Any, canary: bool = True, objects: list[Obj] | None = None) -> Guards:
+    from thicket.k8s.node_fit import load_estimates
+
     run = spec.run
     work = run.index_timeout_s if run.index_timeout_s is not None else spec.tasks.per_index * run.task_timeout_s
+    loads = load_estimates(spec)
     return Guards(canary=canary, start_allowance_s=spec.cluster.start_allowance_s,
                   storage_retry_s=spec.storage.retry_deadline_s, env_retry_s=spec.tasks.env_server.retry_deadline_s,
-                  lost_work_s=run.shard_wait_s + run.checkpoint.every_s, index_work_s=work)
+                  lost_work_s=run.shard_wait_s + run.checkpoint.every_s, index_work_s=work,
+                  load_s=max((e.seconds for e in loads), default=None), load_window_s=spec.cluster.probes.vllm_startup_s,
+                  pods_a_node=pods_a_node(spec, objects) if objects is not None else 1)
 
 
 def fault_table(spec: Any, objects: list[Obj], canary: bool = True) -> FaultTable | None:
     """The table for the rendered rollout Job; None when its pods hold no GPU."""
     job = next(o for o in objects if o["kind"] == "Job" and o["metadata"]["labels"].get(COMPONENT_LABEL) == "rollout")
-    shape, guard = job_shape(job), guards(spec, canary)
+    shape, guard = job_shape(job), guards(spec, canary, objects)
     if not shape.gpus_per_pod:
         return None
     sweep = shape.completions * shape.gpus_per_pod * guard.index_work_s / 3600

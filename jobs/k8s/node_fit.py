@@ -43,7 +43,7 @@ from thicket.k8s.machine_types import (
     OS_MEMORY_OVERHEAD,
     NodeType,
 )
-from thicket.k8s.pod_packing import packing_warnings
+from thicket.k8s.pod_packing import packing_lines
 
 Obj = dict[str, Any]
 GiB = 2**30
@@ -319,10 +319,10 @@ def report(spec: Any, objects: list[Obj]) -> FitReport | None:
                                 "Pending and the autoscaler would add nothing")
             else:
                 warnings += disk_warnings(request, selected)
-                warnings += packing_warnings(request, selected)  # thicket.k8s.pod_packing
                 lines.append("nodes   node_selector picks " + ", ".join(
                     f"{f.node.name} ({f.pods} pod{'s' if f.pods != 1 else ''} a node)" if f.fits
                     else f"{f.node.name} (too small: {f.short})" for f in selected))
+                lines += [f"        {line}" for line in packing_lines(request, selected)]  # thicket.k8s.pod_packing
         lines.append(f"        (allocatable after the providers' reservations, {OS_MEMORY_OVERHEAD:.1%} of memory for "
                      f"the kernel, {_number(DAEMONSET_CPU)} CPU and {_number(DAEMONSET_MEMORY_GIB)} GiB for DaemonSets)")
     warnings += grace_warnings(spec)  # Spot nodes: the provider's grace, not the pod's

@@ -29,6 +29,7 @@ import yaml
 from thicket.cluster_spec.resources import Resources
 from thicket.errors import BadInput, ExitCode, ThicketError
 from thicket.k8s.affinity import cpu_node_affinity
+from thicket.k8s.pod_packing import packing_affinity
 from thicket.k8s.containers import (
     _common_pod,
     _env,
@@ -100,6 +101,8 @@ def rollout_job(spec: SweepSpec, spec_hash: str) -> Obj:
             {"name": "tmp-vllm", "emptyDir": {"sizeLimit": storage.vllm}},
         ]
     pod = _common_pod(spec, c.node_selector, c.tolerations)
+    if serves_vllm(spec):  # GPU pods: fill a large GPU node before the next (thicket.k8s.pod_packing)
+        pod["affinity"] = packing_affinity(spec.name)
     if c.service_account:
         pod["serviceAccountName"] = c.service_account  # workload identity for S3
     pod["automountServiceAccountToken"] = False  # the rollout pods never talk to the API server

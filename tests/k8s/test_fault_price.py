@@ -15,7 +15,6 @@ index_timeout_s 21600 s.
 
 from __future__ import annotations
 
-import copy
 
 import pytest
 import yaml
@@ -29,16 +28,7 @@ TEXTCRAFT = ROOT / "sweeps" / "cluster" / "textcraft-mcts.yaml"
 EXAMPLES = sorted((ROOT / "sweeps" / "cluster").glob("*.yaml"))
 S, W, R, L, GRACE = 900, 1800, 300, 60 + 30, 60
 
-H100_KUEUE = {
-    "name": "textcraft-h100-64",
-    "tasks": {"env": "textcraft", "start": 0, "stop": 1280, "per_index": 20, "env_server": {"max_instances": 256}},
-    "search": {"algorithm": "mcts", "iterations": 30, "expansions": 4, "max_depth": 20},
-    "policy": {"kind": "vllm", "model": "meta-llama/Llama-3.1-8B-Instruct"},
-    "run": {"index_timeout_s": 21600},
-    "output": "s3://bucket/sweeps",
-    "cluster": {"parallelism": 64, "gpus": 1, "queue": "gpu-h100", "model_cache": {"claim": "thicket-models"},
-                "node_selector": {"node.kubernetes.io/instance-type": "a3-highgpu-8g"}},
-}
+H100_KUEUE = ROOT / "sweeps" / "cluster" / "textcraft-h100x64-kueue.yaml"  # GKE a3-highgpu-8g, a Kueue queue
 
 
 def table(spec, canary=True):
@@ -68,6 +58,9 @@ def test_textcraft_rows_by_hand():
         Fault.PREEMPTED: round(1 * 1 * (GRACE + S + W) / 3600, 4),  # per event: not counted (Ignore)
         # Its own disk limit: evicted without DisruptionTarget, counted: backoffLimitPerIndex 1 -> 2 attempts.
         Fault.DISK_EVICTION: round(1 * 2 * (S + W + L) / 3600, 4),  # 1.55
+        # 8 pods x 14.9 GiB from EFS bursting (efs-sc), 100 MiB/s shared: 14.9 x 1024 / 12.5 = 1,221 s
+        # + 180 s = ~1,401 s, inside the 1,800 s window: not expected, no price.
+        Fault.SLOW_LOAD: 0,
     }
     assert t.over() == [] and t.warnings() == []
 
@@ -142,7 +135,7 @@ def test_the_canary_prices_a_fault_at_start_as_one_pod():
 
 
 def test_64_h100_kueue_spec_within_the_goal():
-    spec = parse_spec(copy.deepcopy(H100_KUEUE), "h100.yaml")
+    spec = load_spec(H100_KUEUE)
     objects = render(spec)
     assert rollout(objects)["spec"]["suspend"] is True  # created suspended: Kueue unsuspends it on admission
     t = table(spec)
@@ -151,7 +144,27 @@ def test_64_h100_kueue_spec_within_the_goal():
     assert t.goal_gpu_hours == pytest.approx(0.02 * 384)  # 7.68
     # maxFailedIndexes = max(1, floor(5% x 64)) = 3 < 64: one round of 64 pods, one attempt each (FailIndex).
     assert hours(t)[Fault.EXIT_3] == round(64 * 1 * (R + L) / 3600, 4)  # 6.9333
+    # 64 pods x 14.9 GiB (8B in bf16) from Filestore Basic SSD, 1,200 MiB/s shared: 14.9 x 1024 / (1200 / 64)
+    # = 814 s, + 180 s of vLLM's own start = ~994 s, inside the 1,800 s window: no price.
+    assert hours(t)[Fault.SLOW_LOAD] == 0
+    # 8 pods a node (a3-highgpu-8g, 300 GiB of disk, packed): a node's preemption restarts all 8.
+    assert hours(t)[Fault.PREEMPTED] == round(8 * 1 * (GRACE + S + W) / 3600, 4)  # 6.1333
     assert t.over() == []
+
+
+def test_a_slow_model_cache_at_full_scale_is_priced():
+    """The canary's one pod loads the model alone; the scale-up's 63 share the cache's throughput. On
+    Filestore Basic HDD (standard-rwx, 100 MiB/s in all): 14.9 x 1024 / (100 / 64) = 9,766 s + 180 s =
+    ~9,946 s > 1,800 s, so each of them waits --wait-ready-timeout and exits 3 (FailIndex): 63 x 1 x
+    (S + W) = 47.25 H100-hours, far above the goal; the warning names the field."""
+    data = yaml.safe_load(H100_KUEUE.read_text())
+    data["cluster"]["model_cache"]["storage_class"] = "standard-rwx"
+    t = table(parse_spec(data, "slow.yaml"))
+    p = next(p for p in t.prices if p.fault is Fault.SLOW_LOAD)
+    assert (p.pods, p.attempts, p.seconds) == (63, 1, S + W)
+    assert hours(t)[Fault.SLOW_LOAD] == round(63 * (S + W) / 3600, 4) == 47.25
+    assert [w for w in t.warnings() if "cluster.model_cache.storage_class" in w]
+    assert table(parse_spec(data, "slow.yaml"), canary=False).prices[-1].pods == 64  # without it, all 64
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)

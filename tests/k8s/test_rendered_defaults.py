@@ -12,6 +12,7 @@ import yaml
 from tests.support.manifests import ROOT, by_kind, containers, rollout, spec_with
 from thicket.cluster_spec.image_pull import PullPolicy, pull_policy
 from thicket.k8s.render import render
+from thicket.spec import load_spec
 
 
 def vllm_cpu(**cluster) -> str:
@@ -60,23 +61,36 @@ def test_the_network_policy_is_named_for_both_directions():
     assert set(policy["spec"]["policyTypes"]) == {"Ingress", "Egress"}
 
 
-def test_validate_warns_when_one_gpu_pods_go_to_eight_gpu_nodes(cli, tmp_path):
-    """kube-scheduler's default LeastAllocated scoring spreads pods
-    (https://kubernetes.io/docs/concepts/scheduling-eviction/resource-bin-packing/)."""
+def test_one_gpu_pods_prefer_the_nodes_that_run_the_sweeps_pods(cli, tmp_path):
+    """kube-scheduler's default LeastAllocated scoring spreads pods over the emptiest nodes
+    (https://kubernetes.io/docs/concepts/scheduling-eviction/resource-bin-packing/): the rollout pods
+    carry a preferred pod affinity to nodes that run the sweep's rollout pods, which the default
+    profile weighs twice NodeResourcesFit (https://kubernetes.io/docs/reference/scheduling/config/)."""
     data = yaml.safe_load((ROOT / "sweeps/cluster/textcraft-mcts.yaml").read_text())
     big = copy.deepcopy(data)
     big["cluster"]["node_selector"] = {"node.kubernetes.io/instance-type": "a3-highgpu-8g"}
     big["cluster"]["gpus"] = 1
+    big["cluster"]["node_disk_gib"] = 300  # 8 pods of 17 GiB (an 80 GiB disk holds 1: nothing to pack)
     (tmp_path / "big.yaml").write_text(yaml.safe_dump(big))
-    code, _, err = cli("validate", str(tmp_path / "big.yaml"))
+    job = next(o for o in render(load_spec(tmp_path / "big.yaml")) if o["kind"] == "Job"
+               and o["metadata"]["labels"]["app.kubernetes.io/component"] == "rollout")
+    terms = job["spec"]["template"]["spec"]["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert terms == [{"weight": 100, "podAffinityTerm": {
+        "labelSelector": {"matchLabels": {"thicket.dev/sweep": data["name"], "app.kubernetes.io/component": "rollout"}},
+        "topologyKey": "kubernetes.io/hostname"}}]
+    code, out, err = cli("validate", str(tmp_path / "big.yaml"))
     assert code == 0, err
-    assert "warning: pod packing: pods of 1 GPU on a3-highgpu-8g (8 GPUs" in err and "MostAllocated" in err
+    assert "packing pods of 1 GPU(s) on a3-highgpu-8g (8 GPUs, 8 pods a node): they prefer nodes" in out
+    assert "pod packing" not in err  # no longer a warning: it is done
+    # A node's preemption ends the 8 pods it holds: the table prices 8 pods per event.
+    assert "node preempted" in out and "8 pod(s) x 1 attempt(s)" in out.split("node preempted")[1].splitlines()[0]
     one = copy.deepcopy(data)
     one["cluster"]["node_selector"] = {"node.kubernetes.io/instance-type": "a3-highgpu-1g"}
     one["cluster"]["gpus"] = 1
     (tmp_path / "one.yaml").write_text(yaml.safe_dump(one))
-    code, _, err = cli("validate", str(tmp_path / "one.yaml"))
-    assert code == 0 and "pod packing" not in err, err
+    code, out, err = cli("validate", str(tmp_path / "one.yaml"))
+    assert code == 0 and "packing pods" not in out, err
+    assert "1 pod(s) x 1 attempt(s)" in out.split("node preempted")[1].splitlines()[0]
 
 
 def test_security_md_states_the_rendered_waiter_role():
