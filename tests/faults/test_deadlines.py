@@ -3,6 +3,8 @@ never as a finished tree, and a rerun finishes what the index deadline left."""
 
 from __future__ import annotations
 
+import pytest
+
 import time
 
 import pyarrow.compute as pc
@@ -16,6 +18,8 @@ from tests.support.harness import (
 )
 from thicket.shards.storage import committed_task_ids
 from thicket.storage import open_store
+
+pytestmark = pytest.mark.slow  # the slow tier: `make test-slow` (and CI)
 
 SLOW = {"latency_s": 0.05, "concurrency": 2}
 BIG = {"iterations": 400, "expansions": 3, "max_depth": 12, "max_nodes": 100_000}

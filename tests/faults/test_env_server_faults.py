@@ -32,6 +32,8 @@ from tests.support.harness import (
 from tests.support.s3_server import free_port
 from thicket.storage import open_store
 
+pytestmark = pytest.mark.slow  # the slow tier: `make test-slow` (and CI)
+
 TASKS = list(range(6))
 
 

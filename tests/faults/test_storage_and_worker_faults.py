@@ -32,6 +32,8 @@ from thicket.shards.storage import committed_task_ids, iter_shards
 from thicket.storage import open_store
 from thicket.storage.store import Store
 
+pytestmark = pytest.mark.slow  # the slow tier: `make test-slow` (and CI)
+
 TASKS = list(range(6))
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.slow  # the slow tier: `make test-slow` (and CI)
+
 THICKET = str(Path(sys.executable).parent / "thicket")
 TASKS = 6
 STOPPED = {signal.SIGTERM: (143, "terminated (SIGTERM): run the same command again to resume"),
