@@ -29,6 +29,7 @@ from thicket.k8s.pod_reasons import (
     stuck_container,
     worker_exit,
 )
+from thicket.k8s.start_watch import JOB_NAME_LABEL, StartWatch, disrupted, worker_started
 from thicket.k8s.status_view import format_duration
 from thicket.k8s.storage_class import claim_check
 from thicket.shards.storage import CommitStatus
@@ -37,7 +38,6 @@ from thicket.spec import SweepSpec
 Obj = dict[str, Any]
 
 CANARY_POLL_S = 10.0
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 COMMITTED = '"commit"'  # the JSON field of the worker's "shard committed" line
 
 
@@ -142,19 +142,6 @@ def run_canary(kube: Kube, spec: SweepSpec, job: Obj, parallelism: int, echo: Ca
         sleep(interval_s)
 
 
-def disrupted(pod: Obj) -> bool:
-    """The pod has the DisruptionTarget condition: preempted, evicted or drained, not its own fault
-    (the rollout Job's Ignore rule does not count it either)."""
-    return any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
-
-
-def worker_started(pod: Obj) -> bool:
-    state = next((s.get("state") or {} for s in (pod.get("status") or {}).get("containerStatuses") or []
-                  if s.get("name") == WORKER), {})
-    return "running" in state or "terminated" in state
-
-
 def committed_shard(kube: Kube, namespace: str, pods: list[Obj]) -> bool:
     """Whether the worker's log (JSON lines) says it committed a shard: a line with "commit":
     "committed" (thicket.rollout.worker), read through the pods/log API."""
@@ -172,26 +159,6 @@ def _committed(line: str) -> bool:
     except ValueError:
         return False
     return isinstance(entry, dict) and entry.get("commit") == CommitStatus.COMMITTED.value
-
-
-class StartWatch:
-    """The start-up watchdog of the canary: a pod bound to a node (its start, status.startTime: time
-    waiting for a GPU is not counted) whose worker has not started within the start allowance
-    (image pulls, volume mounts, Secrets) is a failure."""
-
-    def __init__(self, allowance_s: float, clock: Callable[[], float]) -> None:
-        self.allowance_s, self.clock = allowance_s, clock
-        self.seen: dict[str, float] = {}  # pod name -> when the canary first saw it started
-
-    def late(self, pods: list[Obj]) -> str | None:
-        for pod in pods:
-            if not (pod.get("status") or {}).get("startTime") or worker_started(pod) or disrupted(pod):
-                continue
-            first = self.seen.setdefault(pod["metadata"]["name"], self.clock())
-            if self.clock() - first >= self.allowance_s:
-                return f"no worker running {format_duration(self.allowance_s)} after the pod started " \
-                       "(cluster.start_allowance_s)"
-        return None
 
 
 def _pod_warnings(kube: Kube, namespace: str, pods: list[Obj]) -> dict[str, Obj]:

@@ -314,6 +314,15 @@ class Kube:
         except NotFound:
             return False
 
+    def evict(self, namespace: str, pod: str) -> None:
+        """Evict a pod through the Eviction API (it gets the DisruptionTarget condition and ends,
+        https://kubernetes.io/docs/concepts/scheduling-eviction/api-eviction/); gone already is fine."""
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": namespace}}
+        try:
+            self.request("POST", f"{self.path('Pod', namespace, pod)}/eviction", body=body)
+        except NotFound:
+            pass
+
     def logs(self, namespace: str, pod: str, container: str, follow: bool, tail: int | None,
              previous: bool = False) -> Iterator[bytes]:
         """A container's log; `previous`: its previous instance's, the one that crashed before the restart

@@ -34,7 +34,13 @@ def _sweep_and_namespace(sweep: str, namespace: str | None) -> tuple[str, str | 
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", default="-", show_default=True, help="Folder for one file per object, or '-' for stdout.")
 def render(spec: str, output: str) -> None:
-    """Print SPEC's Kubernetes objects: ConfigMap, RBAC, rollout and aggregation Jobs."""
+    """Print SPEC's Kubernetes objects: ConfigMap, RBAC, rollout and aggregation Jobs.
+
+    
+    Examples:
+      thicket render sweeps/cluster/textcraft-mcts.yaml
+      thicket render sweeps/cluster/textcraft-mcts.yaml -o rendered/
+    """
     from thicket.k8s.render import render as render_objects
     from thicket.k8s.render import to_yaml, write_dir
     from thicket.rollout.probe import check_policy_fits_env
@@ -69,7 +75,15 @@ def render(spec: str, output: str) -> None:
 @context_option
 def submit(spec: str, replace: bool, resume: bool, canary: bool, canary_timeout: float | None, context: str | None) -> None:
     """Create or update SPEC's objects on the cluster (idempotent). Checks first: Kubernetes 1.29+, the
-    namespace, every Secret key the pods read, the model-cache PVC and its StorageClass."""
+    namespace, every Secret key the pods read, the model-cache PVC and its StorageClass.
+
+    
+    Examples:
+      thicket submit sweeps/cluster/textcraft-mcts.yaml
+      thicket submit sweeps/cluster/textcraft-mcts.yaml --replace
+      thicket submit sweeps/cluster/textcraft-mcts.yaml --resume
+      thicket submit SPEC --no-canary --context my-eks
+    """
     from thicket.k8s.client import connect
     from thicket.k8s.render import render as render_objects
     from thicket.k8s.submit import submit as submit_objects
@@ -104,7 +118,14 @@ def status(sweep: str, namespace: str | None, context: str | None, watch: bool, 
     indexes that failed, are retrying or are stuck, one line each with why (from their pods and
     the Warning Events about them); --all: every index.
 
-    SWEEP is a sweep name or its spec file."""
+    SWEEP is a sweep name or its spec file.
+
+    
+    Examples:
+      thicket status textcraft-mcts-8b -n thicket
+      thicket status sweeps/cluster/textcraft-mcts.yaml --watch
+      thicket status textcraft-mcts-8b --all --format json
+    """
     import json
 
     from rich.console import Console
@@ -156,7 +177,14 @@ def status(sweep: str, namespace: str | None, context: str | None, watch: bool, 
 @context_option
 def logs(sweep: str, index: int, container: str, follow: bool, tail: int | None, previous: bool, namespace: str | None,
          context: str | None) -> None:
-    """Logs of the latest pod of one index of SWEEP (a sweep name or its spec file)."""
+    """Logs of the latest pod of one index of SWEEP (a sweep name or its spec file).
+
+    
+    Examples:
+      thicket logs textcraft-mcts-8b --index 3
+      thicket logs textcraft-mcts-8b --index 0 -c vllm --tail 100
+      thicket logs sweeps/cluster/textcraft-mcts.yaml --index 2 --previous
+    """
     from thicket.k8s.client import connect, default_namespace
     from thicket.k8s.status import index_pod
     from thicket.k8s.status_view import stdout_write
@@ -181,7 +209,13 @@ def logs(sweep: str, index: int, container: str, follow: bool, tail: int | None,
 @namespace_option
 @context_option
 def cancel(sweep: str, namespace: str | None, context: str | None) -> None:
-    """Stop SWEEP: delete its Jobs (and their pods), ConfigMap and RBAC. Committed shards stay."""
+    """Stop SWEEP: delete its Jobs (and their pods), ConfigMap and RBAC. Committed shards stay.
+
+    
+    Examples:
+      thicket cancel textcraft-mcts-8b -n thicket
+      thicket cancel sweeps/cluster/textcraft-mcts.yaml
+    """
     from thicket.k8s.client import connect, default_namespace
     from thicket.k8s.submit import cancel as cancel_sweep
 
@@ -199,16 +233,30 @@ def cancel(sweep: str, namespace: str | None, context: str | None) -> None:
 @click.option("--require-success", is_flag=True, help="Exit 1 when the Job failed (default: go on; aggregate what was committed).")
 @click.option("--release", "release", metavar="JOB2", help="Then let Job JOB2, created suspended, run (the aggregation Job).")
 @click.option("--release-queue", metavar="QUEUE", help="With --release: add this Kueue queue label instead of unsuspending.")
+@click.option("--start-watchdog", type=click.FloatRange(min=0), default=0, metavar="SECONDS",
+              help="Watch JOB's pods: one whose worker has not started SECONDS after the pod did is evicted, or, "
+                   "before any worker ever started, JOB is stopped (thicket.k8s.start_watch). 0: off.")
 def wait_job(job: str, namespace: str | None, context: str | None, timeout: float, interval: float, require_success: bool,
-             release: str | None, release_queue: str | None) -> None:
-    """Wait until Job JOB is Complete or Failed (the aggregation's waiter), then release --release."""
+             release: str | None, release_queue: str | None, start_watchdog: float) -> None:
+    """Wait until Job JOB is Complete or Failed (the aggregation's waiter), then release --release.
+
+    
+    Examples:
+      thicket wait-job textcraft-mcts-8b -n thicket --timeout 3600 --require-success
+      thicket wait-job textcraft-mcts-8b --release textcraft-mcts-8b-aggregate
+    """
     from thicket.k8s.client import connect, default_namespace
     from thicket.k8s.job_wait import release_job
     from thicket.k8s.job_wait import wait_job as wait
 
     kube = connect(context)
     ns = default_namespace(kube, namespace)
-    state = wait(kube, ns, job, timeout, interval, echo=click.echo)
+    check = None
+    if start_watchdog:
+        from thicket.k8s.start_watch import StartupWatchdog
+
+        check = StartupWatchdog(kube, ns, job, start_watchdog, time.monotonic, echo=click.echo).check
+    state = wait(kube, ns, job, timeout, interval, echo=click.echo, check=check)
     if state == "Failed":
         if require_success:
             click.echo(f"job/{job} failed", err=True)
@@ -228,7 +276,14 @@ def wait_job(job: str, namespace: str | None, context: str | None, timeout: floa
 @click.option("--pull", "pull_to", type=click.Path(file_okay=False), help="Then `thicket pull` the sweep into this folder.")
 def rehearse(spec: str, index: int, workdir: str | None, timeout: float, image_version: str | None,
              then_aggregate: bool, pull_to: str | None) -> None:
-    """Run SPEC's rendered rollout pod (one index) and aggregation pod with podman, against a local S3."""
+    """Run SPEC's rendered rollout pod (one index) and aggregation pod with podman, against a local S3.
+
+    
+    Examples:
+      thicket rehearse sweeps/demo.yaml --index 0
+      thicket rehearse sweeps/demo.yaml --pull out/pod-demo
+      thicket rehearse sweeps/cluster/textcraft-mcts.yaml --index 1 --no-aggregate
+    """
     from thicket.version import __version__
     from thicket.k8s.rehearsal import End, Images, LocalS3, Rehearsal, sweep_uri
 

@@ -64,13 +64,14 @@ class Fault(Enum):
     PREEMPTED = "node preempted"
     DISK_EVICTION = "pod evicted for disk"
     SLOW_LOAD = "model cache too slow at full scale"
+    STUCK_ON_NODE = "one pod cannot start on its node"
 
 
 SCOPES = {
     Fault.IMAGE: Scope.AT_START, Fault.SECRET_OR_VOLUME: Scope.AT_START, Fault.VLLM_NEVER_READY: Scope.AT_START,
     Fault.VLLM_CRASH_LOOP: Scope.AT_START, Fault.EXIT_2: Scope.AT_START, Fault.EXIT_3: Scope.LATER,
     Fault.ENV_DIES: Scope.LOCAL, Fault.PREEMPTED: Scope.DISRUPTION, Fault.DISK_EVICTION: Scope.LOCAL,
-    Fault.SLOW_LOAD: Scope.LATER,
+    Fault.SLOW_LOAD: Scope.LATER, Fault.STUCK_ON_NODE: Scope.LOCAL,
 }
 # The worker's exit code a fault ends in; None: no exit code of the worker's (a kill, a deadline).
 EXIT_CODES: dict[Fault, int | None] = {
@@ -113,6 +114,10 @@ class Guards:
     load_s: float | None = None
     load_window_s: int = 0
     pods_a_node: int = 1  # rollout pods one node of the picked type holds: a node's preemption ends them all
+    # The aggregation's waiter watches the rollout's start (`wait-job --start-watchdog`,
+    # thicket.k8s.start_watch): it evicts a pod late on its node, and stops the Job when no worker
+    # ever started. It runs the worker's image, so an image that never pulls may stop it too.
+    watchdog: bool = False
 
 
 @dataclass(frozen=True)
@@ -204,13 +209,29 @@ def slow_load_price(shape: JobShape, guards: Guards) -> Price:
                  + _stopper(shape, code, "maxFailedIndexes"), shape.gpus_per_pod)
 
 
+def stuck_on_node_price(shape: JobShape, guards: Guards) -> Price:
+    """One pod whose worker cannot start on its node (a pull that node cannot finish, a mount that
+    hangs there), after other workers started: the waiter's watchdog evicts it at the start allowance
+    (DisruptionTarget: rerun, not counted); without it, only activeDeadlineSeconds ends it, counted."""
+    if guards.watchdog:
+        return Price(Fault.STUCK_ON_NODE, 1, 1, guards.start_allowance_s,
+                     "the waiter's start-up watchdog evicts it (per event)", shape.gpus_per_pod)
+    return Price(Fault.STUCK_ON_NODE, 1, attempts(shape, None), shape.active_deadline_s,
+                 _stopper(shape, None, "the index fails"), shape.gpus_per_pod)
+
+
 def price(fault: Fault, shape: JobShape, guards: Guards) -> Price:
     if fault is Fault.SLOW_LOAD:
         return slow_load_price(shape, guards)
+    if fault is Fault.STUCK_ON_NODE:
+        return stuck_on_node_price(shape, guards)
     seconds, code = time_to_fail(fault, shape, guards), EXIT_CODES.get(fault)
     scope = SCOPES[fault]
     if scope is Scope.AT_START and guards.canary:
         return Price(fault, 1, 1, seconds, "the canary (index 0 alone, stopped at its first failure)", shape.gpus_per_pod)
+    if fault is Fault.SECRET_OR_VOLUME and guards.watchdog:  # every pod meets it; no worker ever starts
+        return Price(fault, shape.parallelism, 1, guards.start_allowance_s,
+                     "the waiter's start-up watchdog stops the Job", shape.gpus_per_pod)
     if scope is Scope.DISRUPTION and shape.ignores_disruption:
         return Price(fault, guards.pods_a_node, 1, seconds, "Ignore rule: retried, not counted (per event: the "
                      f"node's {guards.pods_a_node} pod(s))", shape.gpus_per_pod)
@@ -266,6 +287,7 @@ FIXES = {
     Fault.ENV_DIES: "lower tasks.env_server.retry_deadline_s or cluster.backoff_limit_per_index",
     Fault.PREEMPTED: "lower cluster.start_allowance_s or cluster.probes.vllm_startup_s (each restart reloads the model)",
     Fault.DISK_EVICTION: "lower cluster.backoff_limit_per_index, or raise cluster.ephemeral_storage",
+    Fault.STUCK_ON_NODE: "keep the aggregation (its waiter watches the start), or lower cluster.start_allowance_s",
     Fault.SLOW_LOAD: "use a faster model cache (cluster.model_cache.storage_class: EFS elastic, Filestore premium-rwx "
                      "or zonal-rwx), lower cluster.parallelism, or raise cluster.probes.vllm_startup_s",
 }
@@ -288,6 +310,13 @@ def pods_a_node(spec: Any, objects: list[Obj]) -> int:
     return max((f.pods for f in picked or every), default=1)
 
 
+def waiter_watches(objects: list[Obj]) -> bool:
+    """Whether the rendered aggregation waiter runs the start-up watchdog."""
+    return any(o["kind"] == "Job" and o["metadata"]["labels"].get(COMPONENT_LABEL) == "aggregate-wait"
+               and "--start-watchdog" in o["spec"]["template"]["spec"]["containers"][0].get("args", [])
+               for o in objects)
+
+
 def guards(spec: Any, canary: bool = True, objects: list[Obj] | None = None) -> Guards:
     from thicket.k8s.node_fit import load_estimates
 
@@ -298,7 +327,8 @@ def guards(spec: Any, canary: bool = True, objects: list[Obj] | None = None) -> 
                   storage_retry_s=spec.storage.retry_deadline_s, env_retry_s=spec.tasks.env_server.retry_deadline_s,
                   lost_work_s=run.shard_wait_s + run.checkpoint.every_s, index_work_s=work,
                   load_s=max((e.seconds for e in loads), default=None), load_window_s=spec.cluster.probes.vllm_startup_s,
-                  pods_a_node=pods_a_node(spec, objects) if objects is not None else 1)
+                  pods_a_node=pods_a_node(spec, objects) if objects is not None else 1,
+                  watchdog=objects is not None and waiter_watches(objects))
 
 
 def fault_table(spec: Any, objects: list[Obj], canary: bool = True) -> FaultTable | None:

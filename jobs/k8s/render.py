@@ -187,6 +187,14 @@ def _cpu_pod(spec: SweepSpec) -> Obj:
     return pod
 
 
+def kueue_stop_rules(queue: str | None) -> list[Obj]:
+    """With a Kueue queue, the watchdog stops the rollout by deactivating its Workload (thicket.k8s.kueue),
+    whose name Kueue generates: the namespace's Workloads, read and patched."""
+    if not queue:
+        return []
+    return [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "patch"]}]
+
+
 def aggregate_objects(spec: SweepSpec, spec_hash: str) -> list[Obj]:
     """The aggregation, as two Jobs, so that nothing sized for the work is reserved while the
     rollout runs (a pod reserves the larger of its init containers' and its main containers'
@@ -195,8 +203,10 @@ def aggregate_objects(spec: SweepSpec, spec_hash: str) -> list[Obj]:
     - `<sweep>-aggregate-wait`: a pod of 10m CPU and 96Mi that waits for the rollout Job (`thicket
       wait-job`, retrying the API's 429s, 5xx and dropped connections) and then releases the
       aggregation Job: `spec.suspend: false`, or with aggregate.queue the Kueue queue label, so
-      that Kueue admits it then. Its ServiceAccount may get the rollout Job and get and patch the
-      aggregation Job, by name, and nothing else. It has no deadline: the rollout's pods may wait
+      that Kueue admits it then. It also watches the rollout's start (`--start-watchdog`,
+      thicket.k8s.start_watch). Its ServiceAccount may get and patch the rollout and aggregation Jobs,
+      by name, list the namespace's pods and evict them, and with a Kueue queue read and patch its
+      Workloads; nothing else. It has no deadline: the rollout's pods may wait
       for GPUs without limit, which no deadline of the rollout counts.
     - `<sweep>-aggregate`: created suspended (a suspended Job has no pods), it runs `thicket
       aggregate` once released, with no API token, within aggregate.active_deadline_s.
@@ -217,8 +227,14 @@ def aggregate_objects(spec: SweepSpec, spec_hash: str) -> list[Obj]:
         "kind": "Role",
         "metadata": meta(),
         "rules": [
-            {"apiGroups": ["batch"], "resources": ["jobs"], "resourceNames": [n["rollout"]], "verbs": ["get"]},
+            # get: wait for it; patch: the start-up watchdog suspends it (thicket.k8s.start_watch)
+            {"apiGroups": ["batch"], "resources": ["jobs"], "resourceNames": [n["rollout"]], "verbs": ["get", "patch"]},
             {"apiGroups": ["batch"], "resources": ["jobs"], "resourceNames": [name], "verbs": ["get", "patch"]},
+            # The watchdog reads the rollout pods' states and evicts one that cannot start; RBAC cannot
+            # narrow a list or a pod's generated name, so these hold for the namespace's pods.
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+            {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+            *kueue_stop_rules(c.queue),
         ],
     }
     binding = {
@@ -234,7 +250,8 @@ def aggregate_objects(spec: SweepSpec, spec_hash: str) -> list[Obj]:
         "image": c.images.worker,
         "imagePullPolicy": c.images.policy_for(c.images.worker),
         "command": ["thicket"],
-        "args": ["wait-job", n["rollout"], "--namespace", c.namespace, *release],
+        "args": ["wait-job", n["rollout"], "--namespace", c.namespace, *release,
+                 "--start-watchdog", str(c.start_allowance_s)],
         "env": [_env("HOME", "/tmp"), _env("PYTHONUNBUFFERED", "1")],
         "resources": _resources(WAIT_RESOURCES, storage=ephemeral(WAIT_TMP)),
         "securityContext": _security(read_only=True),

@@ -61,6 +61,8 @@ def test_textcraft_rows_by_hand():
         # 8 pods x 14.9 GiB from EFS bursting (efs-sc), 100 MiB/s shared: 14.9 x 1024 / 12.5 = 1,221 s
         # + 180 s = ~1,401 s, inside the 1,800 s window: not expected, no price.
         Fault.SLOW_LOAD: 0,
+        # A pod that cannot start on its node once others run: the waiter's watchdog evicts it at S.
+        Fault.STUCK_ON_NODE: round(1 * 1 * S / 3600, 4),  # 0.25 per event
     }
     assert t.over() == [] and t.warnings() == []
 
@@ -73,6 +75,8 @@ def test_without_the_canary_an_unpullable_image_holds_every_gpu_to_the_pod_deadl
     # 8 pods at once, 2 attempts each (backoffLimitPerIndex 1), each killed at activeDeadlineSeconds.
     assert hours(t)[Fault.IMAGE] == round(8 * 2 * 24780 / 3600, 4)  # 110.13
     assert hours(t)[Fault.EXIT_2] == round(8 * 1 * (S + W) / 3600, 4)  # FailIndex: one attempt each
+    # A missing Secret or volume: no worker ever starts, so the waiter's watchdog stops the Job at S.
+    assert hours(t)[Fault.SECRET_OR_VOLUME] == round(8 * 1 * S / 3600, 4) == 2.0
     warnings = t.warnings()
     assert warnings[0].startswith("fault price: image never pulls burns up to 110.1 GPU-hours, above the goal of 2.0")
     assert "without --no-canary" in warnings[0]
@@ -134,6 +138,16 @@ def test_the_canary_prices_a_fault_at_start_as_one_pod():
     assert p.gpu_hours == 1 * 1 * S * 2 / 3600  # 2 GPUs a pod: 0.5
 
 
+def test_without_the_waiter_a_pod_stuck_on_its_node_holds_its_gpu_to_the_deadline():
+    """aggregate.enabled false: no waiter, so no watchdog; the pod's activeDeadlineSeconds ends it, a
+    counted failure (DeadlineExceeded), backoffLimitPerIndex 1: 2 attempts x 24,780 s = 13.77 GPU-h."""
+    data = yaml.safe_load(TEXTCRAFT.read_text())
+    data["cluster"]["aggregate"] = {"enabled": False}
+    t = table(parse_spec(data, "s.yaml"))
+    assert hours(t)[Fault.STUCK_ON_NODE] == round(1 * 2 * 24780 / 3600, 4)
+    assert [w for w in t.warnings() if w.startswith("fault price: one pod cannot start on its node")]
+
+
 def test_64_h100_kueue_spec_within_the_goal():
     spec = load_spec(H100_KUEUE)
     objects = render(spec)
@@ -164,7 +178,8 @@ def test_a_slow_model_cache_at_full_scale_is_priced():
     assert (p.pods, p.attempts, p.seconds) == (63, 1, S + W)
     assert hours(t)[Fault.SLOW_LOAD] == round(63 * (S + W) / 3600, 4) == 47.25
     assert [w for w in t.warnings() if "cluster.model_cache.storage_class" in w]
-    assert table(parse_spec(data, "slow.yaml"), canary=False).prices[-1].pods == 64  # without it, all 64
+    no_canary = table(parse_spec(data, "slow.yaml"), canary=False)
+    assert next(p for p in no_canary.prices if p.fault is Fault.SLOW_LOAD).pods == 64  # without it, all 64
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)

@@ -1,7 +1,7 @@
 """thicket.k8s.node_fit (and thicket.k8s.machine_types): the rollout pod's request as the scheduler
 sums it, the allocatable resources of common GPU machine types from the providers' reservation
 formulas, the node labels each provider sets, the model-load estimate, and what `thicket validate`
-prints. Every example in sweeps/cluster fits the machine type its walk-through (docs/kubernetes.md)
+prints. Every example in sweeps/cluster fits the machine type its walk-through (docs/kubernetes-walkthrough.md)
 creates."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from thicket.k8s.render import render
 from thicket.spec import load_spec, parse_spec
 
 CLUSTER_SWEEPS = sorted((ROOT / "sweeps" / "cluster").glob("*.yaml"))
-DOCS = ROOT / "docs" / "kubernetes.md"
+DOCS = ROOT / "docs" / "kubernetes-walkthrough.md"
 
 
 def _pod(spec):
@@ -114,7 +114,7 @@ def test_no_example_selects_a_label_only_the_gpu_operator_sets(path):
 
 def _walkthrough_rows() -> dict[str, tuple[str, str, str]]:
     """example file -> (cloud, machine type, the other cloud's machine type), from the table in
-    docs/kubernetes.md's walk-through."""
+    docs/kubernetes-walkthrough.md."""
     rows = {}
     row = re.compile(r"^\s*\| `(?P<file>[\w-]+\.yaml)` \| (?P<cloud>GKE|EKS) \| `(?P<type>[\w.-]+)` \|"
                      r".*\| (?:GKE|EKS) `(?P<other>[\w.-]+)` \|$")

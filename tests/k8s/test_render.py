@@ -184,12 +184,15 @@ def test_aggregation_job_waits_for_the_rollout_with_a_read_only_job_role():
     waiter = by_kind(objects, "Job", "aggregate-wait")[0]
     wait_pod = waiter["spec"]["template"]["spec"]
     wait = wait_pod["containers"][0]
-    assert wait["args"] == ["wait-job", "tc", "--namespace", "thicket", "--release", "tc-aggregate"]
+    assert wait["args"] == ["wait-job", "tc", "--namespace", "thicket", "--release", "tc-aggregate",
+                            "--start-watchdog", "900"]  # cluster.start_allowance_s (thicket.k8s.start_watch)
     assert wait_pod["automountServiceAccountToken"] is True
     role = by_kind(objects, "Role")[0]
     assert role["rules"] == [
-        {"apiGroups": ["batch"], "resources": ["jobs"], "resourceNames": ["tc"], "verbs": ["get"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "resourceNames": ["tc"], "verbs": ["get", "patch"]},
         {"apiGroups": ["batch"], "resources": ["jobs"], "resourceNames": ["tc-aggregate"], "verbs": ["get", "patch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
     ]
     binding = by_kind(objects, "RoleBinding")[0]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
@@ -233,7 +236,8 @@ def test_cluster_options_reach_the_pods():
     assert "kueue.x-k8s.io/queue-name" not in agg["metadata"]["labels"]
     waiter = by_kind(objects, "Job", "aggregate-wait")[0]
     assert waiter["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "cpu-queue"
-    assert waiter["spec"]["template"]["spec"]["containers"][0]["args"][-2:] == ["--release-queue", "cpu-queue"]
+    args = waiter["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--release-queue") + 1] == "cpu-queue"
     assert agg["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "cpu"}
 
 

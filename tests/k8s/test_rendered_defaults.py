@@ -97,11 +97,13 @@ def test_security_md_states_the_rendered_waiter_role():
     """docs/security.md describes the Role `thicket render` writes, and vLLM's root filesystem as rendered."""
     objects = render(spec_with())
     role = by_kind(objects, "Role")[0]
-    grants = {(rule["resourceNames"][0], tuple(rule["verbs"])) for rule in role["rules"]}
-    assert grants == {("tc", ("get",)), ("tc-aggregate", ("get", "patch"))}
+    grants = {(rule.get("resourceNames", ["*"])[0], rule["resources"][0], tuple(rule["verbs"])) for rule in role["rules"]}
+    assert grants == {("tc", "jobs", ("get", "patch")), ("tc-aggregate", "jobs", ("get", "patch")),
+                      ("*", "pods", ("list",)), ("*", "pods/eviction", ("create",))}
     text = " ".join((ROOT / "docs" / "security.md").read_text().split())
-    assert ("whose Role may `get` the rollout Job `<sweep>` and `get`, `patch` the aggregation Job "
+    assert ("whose Role may `get`, `patch` the rollout Job `<sweep>` and the aggregation Job "
             "`<sweep>-aggregate`, each by name") in text
+    assert "may also `list` the namespace's pods and `create` their `pods/eviction`" in text
     assert "get/list/watch" not in text
     pod = rollout(objects)["spec"]["template"]["spec"]
     assert containers(pod)["vllm"]["securityContext"]["readOnlyRootFilesystem"] is True

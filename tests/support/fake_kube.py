@@ -26,7 +26,7 @@ from tests.support.http_stub import QuietHandler, serving
 PATH = re.compile(
     r"^/(?:api/v1|apis/batch/v1|apis/rbac\.authorization\.k8s\.io/v1|apis/networking\.k8s\.io/v1"
     r"|apis/monitoring\.coreos\.com/v1|apis/kueue\.x-k8s\.io/v1beta1)/namespaces/(?P<ns>[^/]+)"
-    r"(?:/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>log|status))?)?)?$"
+    r"(?:/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>log|status|eviction))?)?)?$"
 )
 
 
@@ -88,6 +88,7 @@ class FakeKube:
         # status None drops the connection without an answer.
         self.failures: dict[tuple[str, str], list[tuple[int | None, dict[str, str]]]] = {}
         self.list_limits: list[tuple[str, int | None]] = []  # (plural, limit) of each list request
+        self.evictions: list[str] = []  # pods evicted through pods/{name}/eviction
 
     def put(self, plural: str, obj: dict) -> dict:
         meta = obj.setdefault("metadata", {})
@@ -166,6 +167,15 @@ class FakeKube:
                         return 400, status(400, f'previous terminated container "{container}" in pod "{name}" not found')
                     return 200, self.previous_logs[(name, container)]
                 return 200, self.logs.get((name, container), "")
+            if sub == "eviction" and method == "POST":  # the Eviction API: DisruptionTarget, then the pod ends
+                pod = self.get("pods", ns, name)
+                if pod is None:
+                    return 404, status(404, f'pods "{name}" not found')
+                self.evictions.append(name)
+                conditions = pod.setdefault("status", {}).setdefault("conditions", [])
+                conditions.append({"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"})
+                pod["status"]["phase"] = "Failed"
+                return 201, status(201, "evicted")
             if name is None and method == "GET":
                 selector, fields = query.get("labelSelector", [""])[0], query.get("fieldSelector", [""])[0]
                 items = [copy.deepcopy(o) for (p, n, _), o in sorted(self.objects.items())

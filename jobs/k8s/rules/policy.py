@@ -165,14 +165,28 @@ def bounded_problems(obj: Obj) -> list[str]:
     return problems
 
 
+# The rules a Role of thicket's may hold without resourceNames, each exactly: the start-up watchdog
+# (thicket.k8s.start_watch) lists the rollout's pods and evicts one that cannot start, and under
+# Kueue deactivates the rollout's Workload; RBAC cannot narrow a list, a pod's generated name or a
+# Workload's generated name.
+UNNAMED_RULES = (
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "patch"]},
+)
+
+
 def rbac_problems(obj: Obj) -> list[str]:
     """A Role of thicket's names the objects it may touch (resourceNames) and may only get or
-    patch them: no list, watch, create, delete or wildcard."""
+    patch them: no list, watch, create, delete or wildcard; but for the start-up watchdog's
+    UNNAMED_RULES, exactly as written there."""
     if obj.get("kind") != "Role":
         return []
     where = f"Role/{obj['metadata']['name']}"
     problems = []
     for i, rule in enumerate(obj.get("rules") or []):
+        if rule in UNNAMED_RULES:
+            continue
         if not rule.get("resourceNames"):
             problems.append(f"{where}: rules[{i}]: no resourceNames: it reaches every object of its kinds")
         extra = set(rule.get("verbs") or []) - {"get", "patch"}
