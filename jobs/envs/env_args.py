@@ -1,7 +1,7 @@
 """Checks of a family's env_args that come from a spec (YAML): a wrong type or range is the
 user's mistake, told in one line (BadInput), never a TypeError deep in a loader.
 
-`FAMILY_ARGS` names each built-in family's env_args and what each takes, without importing
+`FAMILY_ARGS` names each built-in family's env_args, what each takes and its default, without importing
 the family (its game package may not be installed where the spec is checked): the spec is
 checked against it when parsed, so `validate` and `run` refuse a bad argument before any task
 runs. `distinct_tasks` tells how many different tasks a family's indices reach, where that is
@@ -40,34 +40,35 @@ def path_arg(family: str, name: str, value: Any) -> Path | None:
 
 @dataclass(frozen=True)
 class Arg:
-    expected: str  # "an integer from 2 to 64", for messages
+    expected: str  # "an integer from 2 to 64", for messages and `thicket envs`
     accepts: Callable[[Any], bool]
+    default: Any = None  # the factory's default (tests/envs/test_env_args.py compares them); None: not set
 
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def integer(low: int, high: int | None = None, optional: bool = False) -> Arg:
+def integer(low: int, high: int | None = None, optional: bool = False, default: int | None = None) -> Arg:
     span = f"from {low} to {high}" if high is not None else f">= {low}"
     return Arg(f"an integer {span}" + (" (or null)" if optional else ""),
-               lambda v: (optional and v is None) or (_is_int(v) and v >= low and (high is None or v <= high)))
+               lambda v: (optional and v is None) or (_is_int(v) and v >= low and (high is None or v <= high)), default)
 
 
-def positive_number() -> Arg:
-    return Arg("a number > 0", lambda v: (_is_int(v) or isinstance(v, float)) and v > 0)
+def positive_number(default: float | None = None) -> Arg:
+    return Arg("a number > 0", lambda v: (_is_int(v) or isinstance(v, float)) and v > 0, default)
 
 
-def boolean() -> Arg:
-    return Arg("true or false", lambda v: isinstance(v, bool))
+def boolean(default: bool) -> Arg:
+    return Arg("true or false", lambda v: isinstance(v, bool), default)
 
 
-def choice(*values: str) -> Arg:
-    return Arg(f"one of {', '.join(values)}", lambda v: isinstance(v, str) and v in values)
+def choice(*values: str, default: str | None = None) -> Arg:
+    return Arg(f"one of {', '.join(values)}", lambda v: isinstance(v, str) and v in values, default)
 
 
-def text() -> Arg:
-    return Arg("a string", lambda v: isinstance(v, str))
+def text(default: str | None = None) -> Arg:
+    return Arg("a string", lambda v: isinstance(v, str), default)
 
 
 def folder() -> Arg:
@@ -90,50 +91,51 @@ def task_types() -> Arg:
 # Kept in step with the families' factories (tests/envs/test_env_args.py compares them).
 FAMILY_ARGS: dict[str, dict[str, Arg]] = {
     "alfworld": {
-        "wording": choice("2.1.1", "2.1.2"),
+        "wording": choice("2.1.1", "2.1.2", default="2.1.1"),
         "cache_dir": folder(),
         "data_dir": folder(),
         "split": choice("train", "valid_seen", "valid_unseen"),
         "task_types": task_types(),
-        "order": choice("sorted", "filesystem"),
+        "order": choice("sorted", "filesystem", default="sorted"),
         "max_steps": integer(1, optional=True),
+        "presentation": choice("alfworld", "agentgym", default="alfworld"),
     },
     "babyai": {"levels": strings("BabyAI level names, e.g. BabyAI-GoToRedBall-v0")},
-    "cliffwalking": {"is_slippery": boolean()},
-    "frozenlake": {"size": integer(2, 64), "is_slippery": boolean()},
+    "cliffwalking": {"is_slippery": boolean(False)},
+    "frozenlake": {"size": integer(2, 64, default=4), "is_slippery": boolean(False)},
     "math": {
-        "cpu_s": positive_number(),
-        "memory_mb": integer(64),
-        "max_output_chars": integer(1),
-        "persistent": boolean(),
+        "cpu_s": positive_number(5.0),
+        "memory_mb": integer(64, default=1024),
+        "max_output_chars": integer(1, default=2000),
+        "persistent": boolean(True),
         "problems_file": folder(),
     },
     "sciworld": {
-        "split": choice("train", "dev", "test", "all"),
-        "simplifications": text(),
-        "step_limit": integer(1),
-        "max_valid_actions": integer(1, optional=True),
-        "valid_actions": boolean(),
+        "split": choice("train", "dev", "test", "all", default="train"),
+        "simplifications": text(""),
+        "step_limit": integer(1, default=100),
+        "max_valid_actions": integer(1, optional=True, default=200),
+        "valid_actions": boolean(True),
     },
-    "taxi": {"is_rainy": boolean(), "fickle_passenger": boolean()},
-    "textarena": {"game": text(), "seed_offset": integer(0)},
+    "taxi": {"is_rainy": boolean(False), "fickle_passenger": boolean(False)},
+    "textarena": {"game": text("TowerOfHanoi-v0"), "seed_offset": integer(0, default=0)},
     "textcraft": {},
     "textworld": {
-        "challenge": choice("custom", "tw-simple", "tw-coin_collector", "tw-treasure_hunter", "tw-cooking"),
-        "world_size": integer(1),
-        "nb_objects": integer(0),
-        "quest_length": integer(1),
+        "challenge": choice("custom", "tw-simple", "tw-coin_collector", "tw-treasure_hunter", "tw-cooking", default="custom"),
+        "world_size": integer(1, default=5),
+        "nb_objects": integer(0, default=10),
+        "quest_length": integer(1, default=5),
         "settings": mapping(),
-        "seed_offset": integer(0),
+        "seed_offset": integer(0, default=0),
         "cache_dir": folder(),
     },
     "webshop": {
         "data_dir": folder(),
-        "goals": choice("auto", "human", "synthetic"),
-        "products": integer(100, 20000),
-        "seed": integer(0, 2**31),
+        "goals": choice("auto", "human", "synthetic", default="auto"),
+        "products": integer(100, 20000, default=1000),
+        "seed": integer(0, 2**31, default=0),
         "cache_dir": folder(),
-        "search_actions": integer(0, 20),
+        "search_actions": integer(0, 20, default=3),
     },
 }
 

@@ -44,6 +44,7 @@ class Instance:
     snapshots: OrderedDict[int, Saved] = field(default_factory=OrderedDict)
     next_snapshot: int = 1
     answered: tuple[str, bytes] | None = None  # (request_id, body) of the last mutating request
+    agentgym: dict[str, Any] | None = None  # AgentGym's ALFWorld record: answered in its shapes (alfworld.agentgym)
 
     def keep(self, saved: Saved, limit: int) -> int:
         snapshot_id = self.next_snapshot

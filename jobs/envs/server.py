@@ -9,10 +9,16 @@ thicket's extras ride along as further fields, so an AgentGym client works uncha
     POST /close       {id | env_idx}                      -> {id, closed}
     GET  /observation?id=  (or env_idx=)                  -> "the current observation"
     GET  /available_actions?id=                           -> {available_actions: [...] | null}
+    GET  /detail?id=                                      -> AgentGym's ALFWorld record
+    GET  /list_envs, /instruction_text?env_idx=, /state?env_idx=  -> AgentGym's WebShop answers
 
 Each of these is also mounted under /<family>/ (e.g. /textcraft/create), so a client written
 for AgentGym's textcraft server works with base URL http://host:port/textcraft; a bare /create
 makes the first family served.
+
+ALFWorld instances made by a /create with no body, and WebShop requests that name the instance
+`env_idx` (AgentGym's clients), are answered in AgentGym's own shapes, nothing more
+(`thicket.envs.webshop.agentgym`, `thicket.envs.alfworld.agentgym`).
 
 thicket's own routes: GET /health, /ready, /metrics (Prometheus text), /families;
 POST /describe {family, env_args} -> {instructions, can_snapshot, reward_semantics}; POST /snapshot {id} ->
@@ -102,6 +108,8 @@ def instance_routes(svc: EnvService) -> list[BaseRoute]:
     }
     get: dict[str, Handler] = {
         "/observation": svc.observation, "/available_actions": svc.available_actions, "/": svc.hello,
+        "/list_envs": svc.list_envs, "/instruction_text": svc.instruction_text, "/state": svc.webshop_state,
+        "/detail": svc.detail,
     }
     return [
         *(Route(path, handler, methods=["POST"]) for path, handler in post.items()),

@@ -20,6 +20,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive
 
+from thicket.envs.alfworld import agentgym as alfworld
 from thicket.envs.pool import Instance, Pool, Saved, build_env, env_errors
 from thicket.envs.protocol import Observation
 from thicket.envs.server_metrics import CONTENT_TYPE, ServerMetrics
@@ -199,9 +200,13 @@ class EnvService:
             raise ApiError(ErrorCode.UNSUPPORTED, "custom `commands`/`goal` are not supported; pick a task with `data_idx`")
         env_args = env_args_field(body)
         task = task_field(body)
+        agentgym = alfworld.wants_shapes(family, body)
         with env_errors(family):
-            instance = self.pool.create(family, env_args)
+            instance = self.pool.create(family, alfworld.ENV_ARGS if agentgym else env_args)
         self.metrics.created[family] += 1
+        if agentgym:  # AgentGym's ALFWorld: an instance with no game until its reset
+            instance.agentgym = alfworld.new_record()
+            return json_response({"id": instance.id})
         async with instance.lock:
             try:
                 observation = await self.reset_instance(instance, task)
@@ -216,14 +221,21 @@ class EnvService:
     async def reset(self, request: Request) -> Response:
         body = await self.body(request)
         instance = self.pool.get(int_field(body, "id", "env_idx"))
-        session = webshop.session_task(instance.family, body)
-        task = task_field(body) if session is None else session
+        session = webshop.session_task(instance.env, instance.family, body)
+        game = alfworld.reset_task(instance.family, body, instance.agentgym)
+        task = game if game is not None else task_field(body) if session is None else session
         async with instance.lock:
             if (replay := self.replayed(instance, body)) is not None:
                 return Response(replay, media_type="application/json")
             observation = await self.reset_instance(instance, task)
             if session is not None:  # AgentGym's WebShop answers [observation, null]
                 return json_response([observation.text, None])
+            if instance.agentgym is not None:
+                folder = getattr(instance.env, "game_folder", None)
+                payload = alfworld.reset_answer(instance.id, task, observation, folder, instance.agentgym)
+                if body.get("snapshot"):
+                    payload["snapshot"] = await self.snapshot_of(instance)
+                return Response(self.answer(instance, body, payload), media_type="application/json")
             payload = self.reset_payload(instance, observation)
             if body.get("snapshot"):
                 payload["snapshot"] = await self.snapshot_of(instance)
@@ -247,6 +259,9 @@ class EnvService:
                 return replay, "replayed;dur=0"
             if body.get("restore") is not None:
                 await self.restore_into(instance, int_field(body, "restore"))
+            if instance.agentgym is not None and (refused := alfworld.refusal(instance.id, instance.agentgym)):
+                self.metrics.errors[ErrorCode.EPISODE_DONE if instance.agentgym["done"] else ErrorCode.BAD_REQUEST] += 1
+                return dumps(refused), "refused;dur=0"  # AgentGym's: 200 with an `error`
             if instance.done and instance.family in self.config.refuse_after_done:
                 raise ApiError(ErrorCode.EPISODE_DONE, f"episode of instance {instance.id} is over; reset it")
             env_started = time.perf_counter()
@@ -255,8 +270,12 @@ class EnvService:
             env_ms = (time.perf_counter() - env_started) * 1000
             instance.done, instance.observation = transition.done, transition.observation
             payload = transition_fields(transition)
+            if instance.agentgym is not None:
+                payload = alfworld.step_answer(transition, instance.agentgym)
             if instance.family == webshop.FAMILY:
                 payload["state"] = transition.observation.text  # AgentGym's WebShop field
+                if webshop.speaks_agentgym(instance.family, body):  # its StepResponse, nothing more
+                    payload = webshop.step_payload(transition.observation.text, transition.reward, transition.done)
             if body.get("snapshot"):
                 payload["snapshot"] = await self.snapshot_of(instance)
             data = self.answer(instance, body, payload)
@@ -272,13 +291,26 @@ class EnvService:
         return json_response({"id": instance.id, "closed": True})
 
     async def observation(self, request: Request) -> Response:
-        return json_response(self.instance_from_query(request).observation.text)
+        instance = self.instance_from_query(request)
+        if instance.agentgym is not None:
+            return json_response(alfworld.refusal(instance.id, instance.agentgym) or instance.agentgym["observation"])
+        return json_response(instance.observation.text)
 
     async def available_actions(self, request: Request) -> Response:
         instance = self.instance_from_query(request)
+        if instance.agentgym is not None:  # AgentGym's ALFWorld: a bare list
+            return json_response(alfworld.refusal(instance.id, instance.agentgym) or instance.agentgym["available_actions"])
         if instance.family == webshop.FAMILY:
-            return json_response(webshop.available_actions(instance.observation))
+            return json_response(webshop.available_actions(instance.env))
         return json_response({"available_actions": instance.observation.valid_actions})
+
+    async def detail(self, request: Request) -> Response:
+        """AgentGym's ALFWorld GET /detail: its record of the instance (thicket's instances: 404)."""
+        instance = self.instance_from_query(request)
+        if instance.agentgym is None:
+            raise ApiError(ErrorCode.NOT_FOUND, f"/detail is AgentGym's ALFWorld route; instance {instance.id} was "
+                           "made by thicket's /create (a body): see its answers")
+        return json_response(alfworld.refusal(instance.id, instance.agentgym) or instance.agentgym)
 
     # --- thicket's routes ---
 
@@ -312,7 +344,29 @@ class EnvService:
 
     async def hello(self, request: Request) -> Response:
         family = self.family_of(request)
+        if family == webshop.FAMILY:
+            return json_response("ok")  # AgentGym's WebShop server
         return json_response(f"This is environment {family}, served by thicket serve-env.")
+
+    # --- AgentGym's WebShop-only routes ---
+
+    def webshop_instance(self, request: Request) -> Instance:
+        instance = self.instance_from_query(request)
+        if instance.family != webshop.FAMILY:
+            raise ApiError(ErrorCode.NOT_FOUND,
+                           f"{request.url.path} is a webshop route; instance {instance.id} is {instance.family}")
+        return instance
+
+    async def list_envs(self, request: Request) -> Response:
+        if self.family_of(request) != webshop.FAMILY:
+            raise ApiError(ErrorCode.NOT_FOUND, f"{request.url.path} is a webshop route")
+        return json_response([i.id for i in self.pool.instances.values() if i.family == webshop.FAMILY])
+
+    async def instruction_text(self, request: Request) -> Response:
+        return json_response(webshop.instruction_text(self.webshop_instance(request).env))
+
+    async def webshop_state(self, request: Request) -> Response:
+        return json_response(webshop.state(self.webshop_instance(request).env))
 
     async def families(self, request: Request) -> Response:
         return json_response({"families": list(self.config.families), "phase": self.phase})

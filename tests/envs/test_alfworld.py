@@ -126,6 +126,39 @@ def test_rule_wording_2_1_2_moves_to_and_arrives_at_the_receptacle(alf_cache: Pa
     assert texts[-1].startswith("You move the ")
 
 
+def test_rule_a_command_is_matched_as_alfworlds_engine_matches_it(env0: AlfWorldEnv) -> None:
+    """ALFWorld's PddlEnv.step strips the command and looks it up as it is: inner spaces and
+    capitals are not forgiven (tests/envs/test_alfworld_agentgym.py plays the same in ALFWorld's stack)."""
+    env = env0
+    obs = env.reset_sync(0)
+    first = env.walkthrough[0]
+    for near_miss in (first.replace(" ", "  ", 1), first.replace(" ", "\t", 1), first.upper()):
+        t = env.step_sync(near_miss)
+        assert (t.observation.text, t.observation.valid_actions) == ("Nothing happens.", obs.valid_actions)
+    t = env.step_sync(f"  {first}\n")
+    assert t.observation.text.startswith("You arrive at loc ") and t.info["steps"] == 4
+
+
+def test_rule_presentation_agentgym_edits_the_text_and_lists_actions_at_the_end(alf_cache: Path, env0: AlfWorldEnv,
+                                                                                 played: dict[int, dict[str, Any]]) -> None:
+    raw_opening = env0.reset_sync(0).text
+    raw = [env0.step_sync(a) for a in env0.walkthrough]
+    env = _env(alf_cache, presentation="agentgym")
+    opening = env.reset_sync(0).text
+    shown = [env.step_sync(a) for a in env.walkthrough]
+    header, room, task = raw_opening.split("\n\n")
+    assert header == "-= Welcome to TextWorld, ALFRED! =-" and opening == f"{room}\n{task}"
+    for before, after in zip(raw, shown, strict=True):
+        text = before.observation.text
+        if text.startswith("You arrive at loc "):
+            assert after.observation.text == text.split(". ", 1)[1]
+        else:
+            assert after.observation.text == text
+    assert raw[-1].observation.valid_actions == () and raw[-1].done  # default: none once over
+    assert shown[-1].done and shown[-1].success and len(shown[-1].observation.valid_actions or ()) > 1
+    assert env.step_sync("look").observation.text == "The episode is over."
+
+
 def test_rule_six_task_types_in_rotation() -> None:
     assert [tasks.task_type_of(i) for i in range(7)] == [*tasks.TASK_TYPES, tasks.TASK_TYPES[0]]
 
@@ -173,6 +206,7 @@ def test_cached_game_files_are_what_the_generator_writes(alf_cache: Path, played
 @pytest.mark.parametrize(("args", "needle"), [
     ({"wording": "2.2"}, "env_args.wording"),
     ({"max_steps": 0}, "env_args.max_steps"),
+    ({"presentation": "raw"}, "env_args.presentation"),
     ({"order": "random", "data_dir": "/nonexistent"}, "env_args.order"),
     ({"data_dir": "/nonexistent/alfworld", "split": "train"}, "env_args.data_dir"),
     ({"data_dir": "/tmp", "split": "test"}, "env_args.split"),

@@ -26,6 +26,15 @@ def test_the_table_names_the_factorys_arguments_and_accepts_its_defaults(family)
 
 
 @pytest.mark.parametrize("family", sorted(BUILTINS))
+def test_the_tables_defaults_are_the_factorys(family):
+    """`thicket envs` prints the table's defaults: they are the ones the factory applies."""
+    require(family)
+    parameters = inspect.signature(_REGISTRY[family]).parameters
+    assert {name: arg.default for name, arg in FAMILY_ARGS[family].items()} == {
+        name: None if p.default is inspect.Parameter.empty else p.default for name, p in parameters.items()}
+
+
+@pytest.mark.parametrize("family", sorted(BUILTINS))
 def test_every_family_refuses_an_unknown_argument_naming_what_it_takes(family):
     [(name, message)] = env_args_problems(family, {"colour": 1})
     assert name == "colour" and message.startswith("unknown argument; ")

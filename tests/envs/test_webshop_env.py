@@ -96,9 +96,18 @@ def test_r4_results_page_shows_ten_results_with_pager(env):
     assert env.step_sync("click[< prev]").observation.text.split(SEP)[3].startswith(f"Page {last - 1} ")
 
 
-def test_r3_search_works_only_on_the_search_page(env):
-    t = to_results(env)
-    assert env.step_sync("search[anything else]").observation == t.observation
+def test_r3_search_works_from_every_page_as_in_webshop(env):
+    """web_agent_text_env.step (princeton-nlp/WebShop): `search` with a non-empty argument
+    searches whatever the page; the new results page has no options chosen."""
+    fresh = to_results(env).observation
+    to_item(env)
+    env.step_sync(f"click[{env.catalog.by_asin[env.shop.goal.asin].options[0][1][0]}]")
+    for page in ("features", None):
+        if page:
+            env.step_sync(f"click[{page}]")
+        t = env.step_sync(f"search[{env.shop.goal.query}]")
+        assert t.observation == fresh and env.state.options == () and env.state.asin is None
+        to_item(env)
 
 
 def test_r5_r6_a_result_opens_its_item_page(env):
@@ -109,9 +118,9 @@ def test_r5_r6_a_result_opens_its_item_page(env):
         "Instruction:", env.shop.goal.instruction, "Back to Search", "< Prev", *options, product.title,
         f"Price: {product.price_tag}", "Rating: N.A.", "Description", "Features", "Reviews", "Buy Now"]
     values = [f"click[{v}]" for _, vs in product.options for v in vs]
-    assert t.observation.valid_actions == ("click[back to search]", "click[< prev]", *values,
-                                           "click[description]", "click[features]", "click[reviews]",
-                                           "click[buy now]")
+    # WebShop's clickables: the buttons (class btn) in page order, then the option radios
+    assert t.observation.valid_actions == ("click[back to search]", "click[< prev]", "click[description]",
+                                           "click[features]", "click[reviews]", "click[buy now]", *values)
     assert t.reward == 0.0 and not t.done
 
 
@@ -162,7 +171,7 @@ def test_r10_back_to_search_from_every_page(env):
 def test_r11_values_of_other_pages_and_garbage_do_nothing(env):
     to_item(env)
     before = env.observation()
-    for action in ("click[next >]", "click[purple unicorn]", "search[socks]", "click buy now", "Click[]", ""):
+    for action in ("click[next >]", "click[purple unicorn]", "search[]", "click buy now", "Click[buy now]", ""):
         t = env.step_sync(action)
         assert (t.observation, t.reward, t.done) == (before, 0.0, False)
 

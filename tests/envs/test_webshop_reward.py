@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from thicket.envs.webshop.catalog import Goal, Product
-from thicket.envs.webshop.reward import reward
+from thicket.envs.webshop.reward import reward, token_set_ratio
 
 GOAL = Goal(
     asin="B000000001",
@@ -115,3 +115,24 @@ def test_all_factors_together():
     parts = reward(product, ("vanilla", "bag"), goal)
     assert (parts.attributes_matched, parts.options_matched, parts.price_ok, parts.r_type) == (1, 1, False, 0.5)
     assert parts.reward == pytest.approx(0.2)
+
+
+# thefuzz's fuzz.token_set_ratio(a, b) with its defaults (force_ascii=True: characters 128-255
+# deleted first, others kept), the values thefuzz 0.22.1 gives; WebShop's goal.py calls it so.
+@pytest.mark.parametrize("a, b, score", [
+    ("café", "cafe", 86),  # "caf" vs "cafe"
+    ("café latte", "cafe latte", 95),
+    ("crème brûlée", "creme brulee", 86),
+    ("ü", "u", 0),  # nothing left of "ü"
+    ("łódź", "lodz", 29),  # "ł" and "ź" are above 255: kept
+    ("Gluten-Free", "gluten free", 100),
+])
+def test_fuzzy_scores_are_thefuzzs_with_force_ascii(a, b, score):
+    assert token_set_ratio(a, b) == score == token_set_ratio(b, a)
+
+
+def test_an_accented_option_or_attribute_matches_as_in_webshop():
+    goal = replace(GOAL, options=("café", "box"))
+    assert r(chosen=("cafe", "box"), goal=goal) == 1.0  # 86 > 85
+    crafted = replace(TEA, attributes=("cafe", "non gmo"))
+    assert r(crafted, goal=replace(GOAL, attributes=("café", "non gmo"))) == 1.0

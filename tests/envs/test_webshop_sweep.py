@@ -4,6 +4,7 @@ env sidecar: trees and datasets are written and hold the properties the methods 
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 import pytest
@@ -32,9 +33,12 @@ def test_a_uniform_webshop_sweep_writes_trees_and_datasets(tmp_path, env_server)
     # the card says the catalogue was generated, not WebShop's (through /describe with the sidecar)
     [(source, trees)] = stats["data_sources"].items()
     assert trees == 4 and source.startswith("webshop: thicket's synthetic WebShop catalogue (1000 products, seed 0, goals auto)")
-    assert "NOT WebShop's benchmark" in source
+    assert "NOT WebShop's benchmark" in source and "generated (generator v3)" in source
+    assert "success rates and scores on it are not comparable with the papers'" in source
     card = (sweep / "datasets" / "README.md").read_text()
     assert f"## Data\n\n- {source} (4 trees)\n" in card
+    report = (sweep / "datasets" / "report.html").read_text()  # beside the success rate
+    assert f"<tr><th>data</th><td>{html.escape(source)}</td></tr>" in report
     rewards = [[r["reward"] for r in table.to_pylist()] for _, table in iter_shards(LocalStore(sweep))]
     assert len(rewards) == 4
     assert sum(any(0 < r < 1 for r in tree) for tree in rewards) >= 3  # partial rewards occur

@@ -10,7 +10,10 @@ Games come from one of two sources (env_args):
   grammar and wording).
 
 Valid actions are the game's admissible commands; any other text answers "Nothing
-happens." and still takes a turn. Reward 1 and done when the goal holds (INCREMENT);
+happens." and still takes a turn. A command is matched as ALFWorld's engine matches it:
+leading and trailing whitespace dropped, nothing else forgiven ("go  to cabinet 1", two
+spaces, is not a command). `presentation` (module `presentation`) picks ALFWorld's raw text (the
+default) or AgentGym's edited text. Reward 1 and done when the goal holds (INCREMENT);
 `max_steps` (default none) ends an episode unsolved after that many turns. Snapshots are
 exact (`engine`): ~0.05 ms a snapshot + restore, against a replay's reset (~1 ms once the
 game is loaded, 0.6 s for its first load) plus ~32 ms (median; up to ~100 ms) a replayed
@@ -29,6 +32,7 @@ from thicket.envs import register
 from thicket.envs.env_args import int_arg, path_arg
 from thicket.envs.alfworld import cache, official, tasks
 from thicket.envs.alfworld.engine import Engine, EngineSnapshot
+from thicket.envs.alfworld.presentation import Presentation, lists_actions_at_the_end, opening, step_text
 from thicket.envs.alfworld.wording import Wording
 from thicket.envs.protocol import ActionFailed, Observation, RewardSemantics, SyncEnv, Transition
 from thicket.errors import BadInput
@@ -90,10 +94,12 @@ class AlfWorldEnv(SyncEnv):
     can_snapshot = True
     reward_semantics = RewardSemantics.INCREMENT
 
-    def __init__(self, source: Generated | Official, max_steps: int | None = None) -> None:
+    def __init__(self, source: Generated | Official, max_steps: int | None = None,
+                 presentation: Presentation = Presentation.ALFWORLD) -> None:
         self.source = source
         self.data_source = source.describe()
         self.max_steps = max_steps
+        self.presentation = presentation
         self._engine: Engine | None = None
         self._game: Path | None = None
         self._task: int | None = None
@@ -117,26 +123,32 @@ class AlfWorldEnv(SyncEnv):
         """The current game's traj_data.json (task type, pddl_params)."""
         return self._traj
 
+    @property
+    def game_folder(self) -> Path | None:
+        """The folder of the loaded game (its game.tw-pddl and traj_data.json)."""
+        return self._game
+
     def reset_sync(self, task: int) -> Observation:
         self._load(task)
         assert self._engine is not None
         result = self._engine.reset()
         self._task, self._steps, self._done, self._commands = task, 0, False, ()
-        return Observation(result.feedback, result.admissible)
+        return Observation(opening(result.feedback, self.presentation), result.admissible)
 
     def step_sync(self, action: str) -> Transition:
         if self._done:
             return Transition(Observation(OVER, ()), 0.0, True)
         if self._engine is None:
             raise RuntimeError("reset the env before stepping it")
-        command = " ".join(action.strip().split())
+        command = action.strip()  # as ALFWorld's engine (PddlEnv.step) reads it
         result = self._engine.step(command)
         self._commands += (command,)
         self._steps += 1
         truncated = not result.won and self.max_steps is not None and self._steps >= self.max_steps
         self._done = result.won or truncated
         info = {"steps": self._steps, "truncated": truncated}
-        observation = Observation(result.feedback, () if self._done else result.admissible)
+        listed = result.admissible if not self._done or lists_actions_at_the_end(self.presentation) else ()
+        observation = Observation(step_text(result.feedback, self.presentation), listed)
         return Transition(observation, 1.0 if result.won else 0.0, self._done, result.won, info)
 
     def _load(self, task: int) -> None:
@@ -208,6 +220,14 @@ class AlfWorldEnv(SyncEnv):
         self.close_sync()
 
 
+def _presentation(value: str) -> Presentation:
+    try:
+        return Presentation(value)
+    except ValueError:
+        raise BadInput(f"env_args.presentation: {value!r} is not one of "
+                       f"{', '.join(p.value for p in Presentation)}") from None
+
+
 def _wording(value: str) -> Wording:
     try:
         return Wording(value)
@@ -224,6 +244,7 @@ def make_alfworld(
     task_types: list[Any] | None = None,
     order: str = "sorted",
     max_steps: int | None = None,
+    presentation: str = "alfworld",
 ) -> AlfWorldEnv:
     if max_steps is not None:
         max_steps = int_arg("alfworld", "max_steps", max_steps, 1)
@@ -232,6 +253,7 @@ def make_alfworld(
     folder = path_arg("alfworld", "data_dir", data_dir)
     if folder is None and split is None and task_types is None:
         games = path_arg("alfworld", "cache_dir", cache_dir) or cache.default_cache_dir()
-        return AlfWorldEnv(Generated(_wording(wording), games), max_steps)
+        return AlfWorldEnv(Generated(_wording(wording), games), max_steps, _presentation(presentation))
     types = official.task_types_arg(task_types)
-    return AlfWorldEnv(Official(official.split_dir(folder, split or "train"), types, order), max_steps)
+    source = Official(official.split_dir(folder, split or "train"), types, order)
+    return AlfWorldEnv(source, max_steps, _presentation(presentation))

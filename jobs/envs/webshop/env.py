@@ -26,7 +26,7 @@ from thicket.envs import register
 from thicket.envs.env_args import int_arg, path_arg
 from thicket.envs.protocol import Observation, SyncEnv, Transition
 from thicket.envs.webshop.catalog import Catalog, DataFiles, load
-from thicket.envs.webshop.generate import synthetic_files
+from thicket.envs.webshop.generate import GENERATOR_VERSION, synthetic_files
 from thicket.envs.webshop.gold import gold_path
 from thicket.envs.webshop.pages import Page, Shop, ShopState
 from thicket.envs.webshop.queries import search_actions
@@ -186,6 +186,7 @@ def make_webshop(
     folder = path_arg("webshop", "data_dir", data_dir or os.environ.get("WEBSHOP_DATA"))
     files = resolve_files(folder, goals, products, seed, path_arg("webshop", "cache_dir", cache_dir))
     source = None if folder else (
-        f"thicket's synthetic WebShop catalogue ({products} products, seed {seed}, goals {goals}): "
-        "NOT WebShop's benchmark, figures on it are not comparable with the papers'")
+        f"thicket's synthetic WebShop catalogue ({products} products, seed {seed}, goals {goals}), "
+        f"generated (generator v{GENERATOR_VERSION}): NOT WebShop's benchmark, success rates and scores on it "
+        "are not comparable with the papers'")
     return WebShopEnv(files, int_arg("webshop", "search_actions", search_actions, 0, 20), source)

@@ -1,7 +1,12 @@
 """A seeded synthetic catalogue in WebShop's file formats (not WebShop's benchmark data).
 
 A few categories of product kinds; every product of a kind shares its query, category path and
-type nouns, and differs in brand, attributes, option values and price. Each drawn product gets
+type nouns, and differs in brand, attributes, option values and price. A product's name is
+"<Brand> <Kind>" ("Balovia Running Shoes"): plain words, each brand belonging to one kind and no
+kind word shared between kinds, so that no word of a name (in any case) is in the name of a
+product of another kind. WebShop's type reward compares the nouns its tagger (spaCy) finds in
+the two names; with these names every tagger that finds a kind's head noun gives the same
+reward as the `type_nouns` written here (docs/envs/webshop.md, R17). Each drawn product gets
 several goals (different attributes and option values of its own) and two twins that differ from
 it in exactly one of: an attribute of its first goal, that goal's option values, or a price above
 any goal's bound, so buying near misses earns partial rewards.
@@ -16,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +30,7 @@ from thicket.envs.webshop.catalog import DataFiles
 
 log = logging.getLogger("thicket.envs.webshop")
 
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3  # 3: names of brand and kind only, brands per kind (issue 50)
 PRODUCTS_FILE = "items_shuffle_synthetic.json"
 ATTRIBUTES_FILE = "items_ins_v2_synthetic.json"
 HUMAN_GOALS_FILE = "items_human_ins.json"
@@ -35,8 +40,9 @@ GOALS_PER_PRODUCT = 8  # at most: distinct (attributes, options) draws of one pr
 @dataclass(frozen=True)
 class Kind:
     query: str
-    nouns: tuple[str, ...]
+    nouns: tuple[str, ...]  # its head noun(s): what any tagger finds in "<Brand> <Kind>"
     leaf: str
+    brands: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -66,7 +72,7 @@ CATEGORIES = (
     Category(
         "beauty", "Beauty & Personal Care › Skin & Hair",
         _kinds("shampoo|shampoo|Shampoo", "hair conditioner|hair conditioner|Conditioner",
-               "hair oil|hair oil|Oils", "face moisturizer|face moisturizer|Moisturizers", "lip balm|lip balm|Lips"),
+               "argan oil|oil|Oils", "face moisturizer|face moisturizer|Moisturizers", "lip balm|lip balm|Lips"),
         ("paraben free", "cruelty free", "sulfate free", "long lasting", "sensitive skin", "natural ingredients",
          "travel size", "dermatologist tested"),
         (("scent", ("lavender", "coconut", "vanilla", "rose", "eucalyptus")),
@@ -74,8 +80,8 @@ CATEGORIES = (
     ),
     Category(
         "grocery", "Grocery & Gourmet Food › Pantry",
-        _kinds("herbal tea|tea|Tea", "protein bar|protein bar|Bars", "protein powder|protein powder|Powders",
-               "coffee beans|coffee beans|Coffee", "trail mix|trail mix|Snacks"),
+        _kinds("herbal tea|tea|Tea", "granola bar|bar|Bars", "protein powder|protein powder|Powders",
+               "coffee beans|coffee beans|Coffee", "rice crackers|crackers|Snacks"),
         ("gluten free", "non gmo", "low sugar", "keto friendly", "usda organic", "high fiber", "plant based",
          "kosher certified"),
         (("flavor", ("vanilla", "chocolate", "strawberry", "mango", "peach", "caramel")),
@@ -92,7 +98,7 @@ CATEGORIES = (
     ),
     Category(
         "electronics", "Electronics › Accessories",
-        _kinds("wireless earbuds|earbuds|Earbuds", "phone charger|phone charger|Chargers",
+        _kinds("wireless earbuds|earbuds|Earbuds", "wall charger|charger|Chargers",
                "phone case|phone case|Cases", "bluetooth speaker|speaker|Speakers", "hdmi cable|cable|Cables"),
         ("fast charging", "noise cancelling", "long battery life", "waterproof", "high definition", "usb c",
          "plug and play", "shockproof"),
@@ -100,9 +106,25 @@ CATEGORIES = (
     ),
 )
 
-BRANDS = ("Acorna", "Brightly", "Calloway", "Dunmore", "Everpeak", "Fennwick", "Glimmer", "Harbor", "Ivoria",
-          "Juniper", "Kestrel", "Lumen", "Marlow", "Northby", "Orchard", "Pinewell", "Quarry", "Rowan",
-          "Saltmarsh", "Tidewater")
+BRANDS_PER_KIND = 4
+# Made-up brand words (a head and a tail syllable), BRANDS_PER_KIND of them for each kind.
+_BRAND_HEADS = ("Bal", "Cor", "Dun", "Fen", "Gal", "Hol", "Kes", "Lum", "Mar", "Nor")
+_BRAND_TAILS = ("ovia", "enta", "arix", "umbo", "elle", "iscus", "onda", "arby", "ivex", "osta")
+
+
+def _with_brands(categories: tuple[Category, ...]) -> tuple[Category, ...]:
+    words = [head + tail for head in _BRAND_HEADS for tail in _BRAND_TAILS]
+    out, n = [], 0
+    for category in categories:
+        kinds = []
+        for kind in category.kinds:
+            kinds.append(replace(kind, brands=tuple(words[n : n + BRANDS_PER_KIND])))
+            n += BRANDS_PER_KIND
+        out.append(replace(category, kinds=tuple(kinds)))
+    return tuple(out)
+
+
+CATEGORIES = _with_brands(CATEGORIES)
 TEMPLATES = ("i need {attrs} {kind}, and {options}", "i am looking for {attrs} {kind} with {options}",
              "find me {attrs} {kind} in {options}")
 _ASIN_CHARS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -124,7 +146,7 @@ class _Draft:
         attrs = self.attributes
         return {
             "asin": self.asin,
-            "name": f"{self.brand} {self.kind.query.title()} - {attrs[0].title()}, {attrs[1].title()}",
+            "name": f"{self.brand} {self.kind.query.title()}",
             "full_description": f"This {self.kind.query} by {self.brand} is {attrs[0]} and {attrs[1]}. "
                                 f"Made for every day.",
             "small_description": [f"{a.capitalize()}." for a in attrs] + [f"Sold by {self.brand}."],
@@ -153,7 +175,7 @@ class _Generator:
     def draft(self, category: Category, kind: Kind) -> _Draft:
         rng = self.rng
         options = {g: sorted(rng.sample(vs, rng.randint(2, len(vs))), key=vs.index) for g, vs in category.options}
-        return _Draft(self.asin(), category, kind, rng.choice(BRANDS), rng.sample(category.attributes, 3), options,
+        return _Draft(self.asin(), category, kind, rng.choice(kind.brands), rng.sample(category.attributes, 3), options,
                       round(rng.uniform(5.0, 90.0), 2))
 
     def goals(self, draft: _Draft) -> list[dict[str, Any]]:
@@ -177,7 +199,7 @@ class _Generator:
     def twin(self, base: _Draft, goal: dict[str, Any]) -> _Draft:
         """A copy of `base` missing one thing the goal asks for."""
         rng = self.rng
-        twin = _Draft(self.asin(), base.category, base.kind, rng.choice(BRANDS), list(base.attributes),
+        twin = _Draft(self.asin(), base.category, base.kind, rng.choice(base.kind.brands), list(base.attributes),
                       {g: list(vs) for g, vs in base.options.items()}, base.price)
         miss = rng.choice(("attribute", "option", "price"))
         if miss == "attribute":

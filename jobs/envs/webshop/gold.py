@@ -5,18 +5,17 @@ first listed one whose results hold the product, so that a policy held to the li
 (constrain_actions) can play it, and there is none where no listed search finds it. Where
 search is free text, it searches the goal's query (a hidden field: an expert's privilege),
 then, while the product is not among the top results, the instruction's content words, then
-the product's title.
+the product's title, then its title and description.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rapidfuzz import fuzz, utils
 from thicket.envs.webshop.catalog import Goal, Product
 from thicket.envs.webshop.pages import PER_PAGE
 from thicket.envs.webshop.queries import content_words
-from thicket.envs.webshop.reward import fuzzy_match, normalize_color
+from thicket.envs.webshop.reward import fuzzy_match, normalize_color, token_set_ratio
 from thicket.envs.webshop.search import SearchIndex
 
 
@@ -32,13 +31,14 @@ def _best_value(product: Product, wanted: str) -> str | None:
     matching = [v for v in values if fuzzy_match(normalize_color(v), normalize_color(wanted))]
     if not matching:
         return None
-    return max(matching, key=lambda v: fuzz.token_set_ratio(v, wanted, processor=utils.default_process))
+    return max(matching, key=lambda v: token_set_ratio(v, wanted))
 
 
 def gold_path(goal: Goal, product: Product, index: SearchIndex,
               listed: tuple[str, ...] | None = None) -> list[GoldStep] | None:
     """`listed`: the search page's listed search actions (None: free text)."""
-    free = (goal.query, " ".join(content_words(goal.instruction)), product.title.lower())
+    free = (goal.query, " ".join(content_words(goal.instruction)), product.title.lower(),
+            f"{product.title} {product.description}".lower())
     candidates = [a.removeprefix("search[").removesuffix("]") for a in listed] if listed else free
     for keywords in candidates:
         hits = index.search(keywords)

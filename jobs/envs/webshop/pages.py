@@ -1,10 +1,14 @@
-"""WebShop's pages as a value: which page shows, what it says, what can be clicked, and where
+r"""WebShop's pages as a value: which page shows, what it says, what can be clicked, and where
 each click leads (WebShop's text env in its `text` observation mode, as AgentGym serves it).
 
-Differences from WebShop, on purpose: `search[...]` works only where the search bar shows (WebShop's
-text env runs a search from any page); "Next >" shows only while more results follow (WebShop
-shows it on every results page, the pages after the last empty); the done page shows the score
-alone (WebShop's also carries an MTurk code and hidden details).
+Actions are read as WebShop's text env reads them (`parse_action`): a prefix of the action
+matching `(.+)\[(.+)\]` (no newlines inside, the verb everything before the last "[" that a
+"]" follows), the verb compared as is, the argument lowercased and not stripped.
+
+Differences from WebShop, on purpose (docs/envs/webshop.md): "Next >" shows only while more
+results follow (WebShop shows it on every results page, the pages after the last empty); the
+done page shows the score alone (WebShop's also carries an MTurk code and hidden details); an
+ended episode stays ended.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from thicket.envs.webshop.catalog import Catalog, Goal, Product
+from thicket.envs.webshop.html_text import node, nodes
 from thicket.envs.webshop.reward import reward as score
 from thicket.envs.webshop.search import SearchIndex
 
@@ -21,7 +26,13 @@ SEP = " [SEP] "
 PER_PAGE = 10
 BUY, BACK, NEXT, PREV = "buy now", "back to search", "next >", "< prev"
 SUB_PAGES = ("description", "features", "reviews")
-_ACTION = re.compile(r"(\w+)\[(.+)\]", re.DOTALL)
+_ACTION = re.compile(r"(.+)\[(.+)\]")  # re.match: a prefix of the action; "." stops at newlines
+
+
+def parse_action(action: str) -> tuple[str, str | None]:
+    """(verb, argument): WebShop's parse_action (no match: the whole action, no argument)."""
+    match = _ACTION.match(action)
+    return (action, None) if match is None else (match.group(1), match.group(2))
 
 
 class Page(StrEnum):
@@ -71,7 +82,7 @@ class Shop:
             return (BACK, *pager, *(asin.lower() for asin in self.shown(state)))
         if state.page is Page.ITEM:
             values = tuple(dict.fromkeys(v for _, vs in self.product(state).options for v in vs))
-            return (BACK, PREV, *values, *SUB_PAGES, BUY)
+            return (BACK, PREV, *SUB_PAGES, BUY, *values)  # WebShop's buttons first, then the options
         if state.page in (Page.DESCRIPTION, Page.FEATURES, Page.REVIEWS):
             return (BACK, PREV)
         return ()
@@ -79,7 +90,7 @@ class Shop:
     # --- what a page says ---
 
     def text(self, state: ShopState) -> str:
-        head = ["Instruction:", self.goal.instruction]
+        head = ["Instruction:", *node(self.goal.instruction)]
         if state.page is Page.SEARCH:
             return SEP.join(["WebShop", *head, "Search"])
         if state.page is Page.DONE:
@@ -89,8 +100,8 @@ class Shop:
         product = self.product(state)
         body = {
             Page.ITEM: lambda: self._item(product),
-            Page.DESCRIPTION: lambda: [product.description],
-            Page.FEATURES: lambda: list(product.bullets),
+            Page.DESCRIPTION: lambda: node(product.description),
+            Page.FEATURES: lambda: nodes(*(f" {bullet}" for bullet in product.bullets)),
             Page.REVIEWS: list,
         }[state.page]()
         return SEP.join([*head, "Back to Search", "< Prev", *body])
@@ -100,26 +111,26 @@ class Shop:
         lines += ["< Prev"] * (state.page_no > 1) + ["Next >"] * (state.page_no * PER_PAGE < len(state.hits))
         for asin in self.shown(state):
             product = self.catalog.by_asin[asin]
-            lines += [asin, product.title, product.price_tag]
+            lines += nodes(asin, product.title, product.price_tag)
         return lines
 
     @staticmethod
     def _item(product: Product) -> list[str]:
-        lines = [part for group, values in product.options for part in (group, *values)]
-        return [*lines, product.title, f"Price: {product.price_tag}", "Rating: N.A.",
+        lines = [part for group, values in product.options for part in nodes(group, *values)]
+        return [*lines, *nodes(product.title, f"Price: {product.price_tag}"), "Rating: N.A.",
                 "Description", "Features", "Reviews", "Buy Now"]
 
     # --- where an action leads ---
 
     def act(self, state: ShopState, action: str) -> ShopState:
         """The state after `action`; the same state when the page does not accept it."""
-        match = _ACTION.fullmatch(action.strip())
-        if match is None:
+        verb, arg = parse_action(action)
+        if arg is None or state.page is Page.DONE:
             return state
-        verb, arg = match.group(1).lower(), match.group(2).strip().lower()
-        if verb == "search" and state.page is Page.SEARCH and arg:
+        arg = arg.lower()
+        if verb == "search":  # from any page, as WebShop's text env
             return ShopState(Page.RESULTS, arg, self.index.search(arg))
-        if verb == "click" and arg in self.clickables(state):
+        if verb == "click" and arg != "search" and arg in self.clickables(state):
             return self._click(state, arg)
         return state
 

@@ -3,8 +3,8 @@
     r = (attributes matched + options matched + [price <= price_upper])
         / (goal attributes + goal options + 1) * r_type
 
-A goal attribute matches when one of the product's attributes is a fuzzy match (token set
-ratio, rounded as thefuzz does, above 85) or it is a substring of the lowercased title, features
+A goal attribute matches when one of the product's attributes is a fuzzy match (thefuzz's
+token set ratio, above 85: `token_set_ratio` below) or it is a substring of the lowercased title, features
 or description. A goal option matches when a chosen option value is a fuzzy match, both
 reduced to their first colour word first. r_type (1, 0.5, 0.1 or 0) compares the query, the
 category path and the nouns of the two names.
@@ -42,9 +42,21 @@ class RewardParts:
     title_score: float
 
 
+# thefuzz's force_ascii (on by default in its token_set_ratio) deletes the characters 128-255
+# ("café" reads "caf"); characters above 255 stay.
+_NOT_ASCII = {i: None for i in range(128, 256)}
+
+
+def token_set_ratio(a: str, b: str) -> int:
+    """thefuzz's fuzz.token_set_ratio with its defaults: characters 128-255 dropped, then
+    lowercased with non-alphanumerics as spaces and trimmed, then rapidfuzz's token set
+    ratio, rounded to an int (Python's round)."""
+    return int(round(fuzz.token_set_ratio(utils.default_process(a.translate(_NOT_ASCII)),
+                                          utils.default_process(b.translate(_NOT_ASCII)))))
+
+
 def fuzzy_match(a: str, b: str) -> bool:
-    score = fuzz.token_set_ratio(a, b, processor=utils.default_process)
-    return round(score) > FUZZY_THRESHOLD
+    return token_set_ratio(a, b) > FUZZY_THRESHOLD
 
 
 def normalize_color(value: str) -> str:
