@@ -11,7 +11,13 @@ And they import down their layers, never up. From the bottom:
    the cluster commands it registers are thicket.k8s.commands, of layer 2).
 
 A module may import its own layer and those below it: nothing in the core imports thicket.k8s,
-and neither the core nor thicket.k8s imports thicket.cli."""
+and neither the core nor thicket.k8s imports thicket.cli.
+
+Inside the core, the packages that one sweep's data flows through are ranked too (CORE_ORDER,
+lowest first): the estimators, storage, envs, policies, search, shards, then what runs them
+(rollout), what reads what they wrote (aggregate), and what measures or trains a policy
+through all of that (evaluation, training). A ranked package imports only those ranked below
+it (and modules not ranked); so aggregation, for one, never imports `thicket eval`'s code."""
 
 from __future__ import annotations
 
@@ -21,6 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = {"thicket": ROOT / "jobs", "thicket.storage": ROOT / "storage"}
 LAYERS = ("thicket.k8s", "thicket.cli")  # above the core, lowest first
+CORE_ORDER = ("thicket.estimators", "thicket.storage", "thicket.envs", "thicket.policy", "thicket.search",
+              "thicket.shards", "thicket.rollout", "thicket.aggregate", "thicket.evaluation", "thicket.training")
 
 
 def modules() -> dict[str, Path]:
@@ -97,12 +105,22 @@ def test_no_module_imports_itself_through_others():
     assert circles(graph) == []
 
 
-def layer(module: str) -> int:
-    """0 for the core, then 1, 2, ... for LAYERS' packages (a package and every module under it)."""
-    for rank, package in enumerate(LAYERS, start=1):
+def rank_in(packages: tuple[str, ...], module: str) -> int:
+    """1, 2, ... for the packages named (a package and every module under it), 0 for the others."""
+    for rank, package in enumerate(packages, start=1):
         if module == package or module.startswith(package + "."):
             return rank
     return 0
+
+
+def layer(module: str) -> int:
+    """0 for the core, then 1, 2, ... for LAYERS' packages."""
+    return rank_in(LAYERS, module)
+
+
+def core_rank(module: str) -> int:
+    """1, 2, ... for CORE_ORDER's packages, 0 for every other module (not ranked)."""
+    return rank_in(CORE_ORDER, module)
 
 
 def upward(graph: dict[str, set[str]]) -> list[str]:
@@ -123,3 +141,22 @@ def test_no_module_imports_a_higher_layer():
     assert {"thicket.k8s", "thicket.cli"} <= graph.keys()  # the layers are there to check
     assert any(layer(name) == 2 and layer(target) == 1 for name, targets in graph.items() for target in targets)
     assert upward(graph) == []
+
+
+def upward_in_core(graph: dict[str, set[str]]) -> list[str]:
+    """Each import of a higher-ranked core package by a ranked one, as 'importer -> imported'."""
+    return [f"{name} -> {target}" for name, targets in sorted(graph.items()) for target in sorted(targets)
+            if core_rank(name) and core_rank(target) > core_rank(name)]
+
+
+def test_the_core_order_oracle_catches_aggregation_importing_evaluation():
+    assert upward_in_core({"thicket.aggregate.policy_figures": {"thicket.evaluation.estimate", "thicket.shards"},
+                           "thicket.evaluation.run": {"thicket.aggregate", "thicket.estimators"},
+                           "thicket.spec": {"thicket.aggregate"}}) == [
+        "thicket.aggregate.policy_figures -> thicket.evaluation.estimate"]
+
+
+def test_no_core_package_imports_a_higher_ranked_one():
+    graph = imports(modules())
+    assert all(any(core_rank(name) == rank for name in graph) for rank in range(1, len(CORE_ORDER) + 1))
+    assert upward_in_core(graph) == []

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from thicket.aggregate.forest import Forest
-from thicket.evaluation.estimate import bootstrap
+from thicket.estimators import bootstrap
 
 INDEPENDENT = "sample"  # the search whose trajectories are independent samples
 

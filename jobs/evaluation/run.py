@@ -14,7 +14,7 @@ from typing import Any
 
 from thicket.async_main import run_main
 from thicket.errors import BadInput
-from thicket.evaluation.estimate import Estimate, bootstrap, pass_at_k
+from thicket.estimators import Estimate, bootstrap, pass_at_k
 from thicket.rollout.sweep import raise_for_failures, run_tasks
 from thicket.search.tree import StopReason
 from thicket.shards.storage import iter_shards

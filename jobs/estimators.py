@@ -1,4 +1,5 @@
-"""pass@k and mean return over a task set, each with a 95% interval.
+"""Estimators over a task set, pure functions below everything that reports them (`thicket eval`,
+the aggregation's policy figures): pass@k and mean return, each with a 95% interval.
 
 pass@k is Chen et al. (2021)'s unbiased estimator, 1 - C(n-c, k) / C(n, k) for a task
 with n evaluated samples of which c succeeded, averaged over the tasks that have n >= k.

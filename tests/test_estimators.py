@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from thicket.evaluation.estimate import bootstrap, pass_at_k
+from thicket.estimators import bootstrap, pass_at_k
 
 
 def brute_pass_at_k(n: int, c: int, k: int) -> float:
