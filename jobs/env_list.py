@@ -1,7 +1,9 @@
 """`thicket envs`: the env families, with how many distinct tasks each has, its splits and
-the extra it needs. Cheap on purpose: no env is made, no server started, no game package
-imported (whether one is installed is asked of the import system, which does not run it);
-only the small shipped task lists (TextCraft's goals, the math problems) are counted.
+the extra it needs, then each family's env_args (what each takes and its default, read from
+thicket.envs.env_args' FAMILY_ARGS, the table a spec is checked against). Cheap on purpose: no
+env is made, no server started, no game package imported (whether one is installed is asked of
+the import system, which does not run it); only the small shipped task lists (TextCraft's
+goals, the math problems) are counted.
 """
 
 from __future__ import annotations
@@ -9,8 +11,11 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
+from typing import Any
+
 from thicket.envs import BUILTINS, env_names
-from thicket.envs.env_args import distinct_tasks
+from thicket.envs.env_args import FAMILY_ARGS, distinct_tasks
+from thicket.errors import BadInput
 
 
 @dataclass(frozen=True)
@@ -47,10 +52,19 @@ def installed(packages: tuple[str, ...]) -> bool:
         return False
 
 
-def rows() -> list[tuple[str, str, str, str]]:
-    """(family, tasks, splits, extra) for every known family, sorted by name."""
+def chosen(families: tuple[str, ...]) -> list[str]:
+    """The families asked for (all when none is), sorted; BadInput for a name not known."""
+    known = env_names()
+    unknown = [name for name in families if name not in known]
+    if unknown:
+        raise BadInput(f"unknown env family {unknown[0]!r}; known: {', '.join(known)}")
+    return sorted(set(families)) if families else list(known)
+
+
+def rows(families: tuple[str, ...] = ()) -> list[tuple[str, str, str, str]]:
+    """(family, tasks, splits, extra) for each family asked for (all when none is), sorted by name."""
     out = []
-    for name in env_names():
+    for name in chosen(families):
         family = FAMILIES.get(name)
         if family is None:  # registered by other code: nothing known here
             out.append((name, "not known here", "", "registered at run time"))
@@ -68,9 +82,37 @@ def rows() -> list[tuple[str, str, str, str]]:
     return out
 
 
-def table() -> list[str]:
+def table(families: tuple[str, ...] = ()) -> list[str]:
     header = ("family", "distinct tasks", "splits", "needs")
-    body = rows()
+    body = rows(families)
     widths = [max(len(r[i]) for r in (header, *body)) for i in range(3)]
     lines = [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}".rstrip() for r in (header, *body)]
-    return [*lines, "", FOOTER]
+    return [*lines, "", FOOTER, "", "env_args (tasks.env_args): name, what it takes, default", *args_lines(families)]
+
+
+def args_lines(families: tuple[str, ...] = ()) -> list[str]:
+    """Each family's env_args, a line each under the family's name."""
+    lines = []
+    for name in chosen(families):
+        args = FAMILY_ARGS.get(name)
+        lines.append(name)
+        if args is None:
+            lines.append("  not known here (registered at run time: its factory checks them)")
+        elif not args:
+            lines.append("  none")
+        else:
+            width = max(len(arg) for arg in args)
+            what = max(len(arg.expected) for arg in args.values())
+            lines += [f"  {arg:<{width}}  {spec.expected:<{what}}  {shown(spec.default)}" for arg, spec in args.items()]
+    return lines
+
+
+def shown(default: Any) -> str:
+    """A default as a spec would write it (YAML); `not set` where the factory's default is None."""
+    if default is None:
+        return "not set"
+    if isinstance(default, bool):
+        return "true" if default else "false"
+    if default == "":
+        return '""'
+    return str(default)

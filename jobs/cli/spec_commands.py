@@ -24,7 +24,7 @@ from thicket.spec import parse_indices
 def validate(spec: str, policy: str | None) -> None:
     """Check SPEC and print the plan (tasks, pods, search)."""
     from thicket.rollout.probe import check_policy_fits_env
-    from thicket.spec_notes import model_folder_note, plan_text, task_range_note
+    from thicket.spec_notes import cluster_in_view, model_folder_note, plan_text, task_range_note
 
     s = spec_with_overrides(spec, None, policy)
     local = not s.sweep_uri.startswith("s3://")  # a cluster sweep's pods fetch policy.model from the hub
@@ -43,6 +43,8 @@ def validate(spec: str, policy: str | None) -> None:
     p = s.policy
     uses = "" if p.kind == "uniform" else f" {p.model or ''} {p.url or ''}"  # uniform needs neither
     click.echo(f"policy  {p.kind}{uses}".rstrip())
+    if not cluster_in_view(s):  # a local spec: nothing to say about a cluster it never meets
+        return
     from thicket.k8s.names import serves_vllm
     from thicket.k8s.render import render
 
@@ -87,6 +89,7 @@ def run(spec: str, output: str | None, indices: str | None, policy: str | None, 
         allow_spec_change: bool, metrics_port: int) -> None:
     """Run SPEC's tasks locally (starting vLLM if the spec serves a local model), then aggregate."""
     from thicket.metrics import metrics_served
+    from thicket.rollout.no_success import no_success_note
     from thicket.rollout.sweep import raise_for_failures, run_tasks
 
     from thicket.spec_notes import task_range_note
@@ -109,6 +112,8 @@ def run(spec: str, output: str | None, indices: str | None, policy: str | None, 
         result = build_datasets(s.sweep_uri, store=open_store(s.sweep_uri, s.storage.settings()), progress=progress)
         for line in result.lines():
             click.echo(line)
+    if note := no_success_note(s, summary.report):  # last: what an empty run may need
+        click.echo(note, err=True)
 
 
 @click.command("eval", short_help="pass@1, pass@k and mean return of SPEC's policy, 95% intervals.",
@@ -147,7 +152,11 @@ def eval_command(spec: str, samples: int, ks: tuple[int, ...], indices: str | No
         Path(json_path).write_text(json.dumps(result.to_json(), indent=1) + "\n")
 
 
-@click.command(short_help="Run one pod's share of SPEC (one Job completion index).")
+@click.command(short_help="Run one pod's share of SPEC (one Job completion index).", epilog=examples(
+    "thicket worker sweeps/demo.yaml --index 0 -o /tmp/sweeps",
+    "JOB_COMPLETION_INDEX=3 thicket worker /etc/thicket/spec.yaml --wait-for http://localhost:8000/health",
+    "thicket worker SPEC --index 1 --metrics-port 9090",
+))
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--index", type=int, default=None,
               help="The sweep index (default: $JOB_COMPLETION_INDEX, mapped through $THICKET_INDEX_MAP when set).")

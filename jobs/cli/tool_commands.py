@@ -34,15 +34,21 @@ def make_model(out_dir: str, python: str | None, size: str, demo: bool, train_en
     click.echo(f"built an untrained {size} model in {out_dir}")
 
 
-@click.command("envs", short_help="List the env families: distinct tasks, splits, extras.")
-def envs_command() -> None:
-    """List the env families: how many distinct tasks each has (or that it generates them),
-    its splits, and the extra that installs it (and whether that is installed here).
+@click.command("envs", short_help="List the env families: distinct tasks, splits, extras, env_args.", epilog=examples(
+    "thicket envs",
+    "thicket envs webshop",
+    "thicket envs frozenlake taxi",
+))
+@click.argument("families", nargs=-1, metavar="[FAMILY]...")
+def envs_command(families: tuple[str, ...]) -> None:
+    """List the env families (or only FAMILY...): how many distinct tasks each has (or that it
+    generates them), its splits, the extra that installs it (and whether that is installed here),
+    then each one's env_args: name, what it takes, default.
 
     Cheap: no env is made, no server started, no data downloaded."""
     from thicket.env_list import table
 
-    for line in table():
+    for line in table(families):
         click.echo(line)
 
 

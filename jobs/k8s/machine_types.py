@@ -32,7 +32,7 @@ EKS = "EKS"
 OS_MEMORY_OVERHEAD = 0.075  # Karpenter's VM_MEMORY_OVERHEAD_PERCENT default
 EVICTION_MIB = 100
 
-# Labels: who sets which (docs/kubernetes.md, "Selecting the GPU nodes").
+# Labels: who sets which (docs/kubernetes-walkthrough.md, step 1, "Selecting the GPU nodes").
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"  # the kubelet / cloud provider, on every node
 GKE_ACCELERATOR = "cloud.google.com/gke-accelerator"  # GKE, on every GPU node pool
 EKS_NODEGROUP = "eks.amazonaws.com/nodegroup"  # EKS managed node groups (the group's name)

@@ -23,8 +23,8 @@ file system and are not part of any request: a node also needs room for the vLLM
 
 The way out of a large boot disk: local SSDs (GKE `--ephemeral-storage-local-ssd`, whose
 capacity then backs emptyDirs) or the instance store (EKS: nodeadm's `localStorage: RAID0`,
-Karpenter's `instanceStorePolicy: RAID0`; p4d and p5 ship 8 NVMe drives): docs/kubernetes.md,
-"The node's disk".
+Karpenter's `instanceStorePolicy: RAID0`; p4d and p5 ship 8 NVMe drives): docs/kubernetes-walkthrough.md,
+step 1, "The node's disk".
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Does a sweep's rollout pod fit the GPU nodes it asks for, and can the model cache feed them all
-at once? `thicket validate` prints both (docs/kubernetes.md, "From an empty cluster to a dataset").
+at once? `thicket validate` prints both (docs/kubernetes-walkthrough.md).
 
 **The pod's request** is computed from the rendered pod as the scheduler does with native sidecars
 (KEP-753, Kubernetes docs "Sidecar containers", "Resource sharing within containers"): for each
@@ -372,7 +372,7 @@ def disk_warnings(request: PodRequest, selected: list[Fit]) -> list[str]:
         return []
     each = ", ".join(f"{f.node.name} with {_number(f.disk_gib)} GiB holds {f.pods} pod(s) of "
                      f"{_number(request.ephemeral_gib)} GiB ephemeral storage, its GPUs {f.without_disk}" for f in short)
-    return [f"node disk: {each}: give the nodes a larger boot disk, local SSD or instance store (docs/kubernetes.md, \"The node's disk\") "
+    return [f"node disk: {each}: give the nodes a larger boot disk, local SSD or instance store (docs/kubernetes-walkthrough.md, step 1, \"The node's disk\") "
             "and set cluster.node_disk_gib, or the autoscaler buys more nodes (or the pods wait)"]
 
 

@@ -153,7 +153,7 @@ def preflight(kube: Kube, spec: SweepSpec, objects: list[Obj] | None = None) -> 
                 raise BadInput(f"cluster.s3_secret: secret {c.s3_secret!r} has no key {missing[0]}")
     if c.service_account:
         check("ServiceAccount", c.service_account, "cluster.service_account",
-              "create it, annotated for your cloud's workload identity (docs/kubernetes.md)")
+              "create it, annotated for your cloud's workload identity (docs/kubernetes-walkthrough.md, step 2)")
     cache = c.model_cache
     if serves_vllm(spec) and cache.claim and not cache.size:
         check("PersistentVolumeClaim", cache.claim, "cluster.model_cache.claim",
