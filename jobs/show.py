@@ -70,10 +70,14 @@ class TreeSummary:
 
 def load_tree(sweep_uri: str, task: int) -> TreeView:
     """Task's committed tree, every column, checksum verified."""
-    store = open_store(sweep_uri)
+    return load_tree_in(open_store(sweep_uri), task, sweep_uri)
+
+
+def load_tree_in(store: Store, task: int, where: str | None = None) -> TreeView:
+    """load_tree, from the sweep's open store; `where` names it in errors as the user gave it."""
     marker = read_marker(store, task)
     if marker is None:
-        raise BadInput(f"--task {task}: no committed tree in {sweep_uri}; {committed_summary(store)}")
+        raise BadInput(f"--task {task}: no committed tree in {where or store.uri}; {committed_summary(store)}")
     try:
         return TreeView.of(read_shard(store, marker))
     except MalformedShard as err:
@@ -109,6 +113,12 @@ def clip(text: str, limit: int = MAX_TEXT_CHARS) -> str:
 def show_html(sweep_uri: str, task: int) -> str:
     view = load_tree(sweep_uri, task)
     return page_html(TreeSummary.of(view, sweep_uri), tree_html(view))
+
+
+def tree_page(store: Store, task: int) -> str:
+    """show_html, from the sweep's open store (the pages the aggregate writes beside report.html)."""
+    view = load_tree_in(store, task)
+    return page_html(TreeSummary.of(view, store.uri), tree_html(view))
 
 
 def page_html(summary: TreeSummary, tree: str) -> str:

@@ -1,6 +1,7 @@
 """What `thicket validate` (and `run`) tell about a spec that is valid but may not do what its
 author meant: a task range that wraps around a family's tasks, tasks that are all the same,
-a local model folder not made yet. Each is one `note: ...` line for stderr."""
+a local model folder not made yet. Each is one `note: ...` line for stderr; and whether a cluster is
+in view at all."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from thicket.envs.env_args import distinct_tasks
-from thicket.spec import PolicySpec, TasksSpec
+from thicket.spec import PolicySpec, SweepSpec, TasksSpec
 
 
 def task_range_note(tasks: TasksSpec) -> str | None:
@@ -47,6 +48,12 @@ def model_folder_note(policy: PolicySpec) -> str | None:
         return None
     what = "has no config.json" if folder.is_dir() else "does not exist"
     return f"note: policy.model: the local model folder {model} {what}; {model_folder_hint(model)}, before `thicket run`"
+
+
+def cluster_in_view(spec: SweepSpec) -> bool:
+    """Whether `validate` speaks of the cluster: the spec has a cluster section, or its output is
+    on S3 (a cluster sweep's). A local spec without one gets no cluster lines or notes."""
+    return "cluster" in spec.model_fields_set or spec.sweep_uri.startswith("s3://")
 
 
 def plan_text(params: BaseModel, leave_out: frozenset[str] = frozenset()) -> str:

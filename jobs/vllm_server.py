@@ -37,11 +37,10 @@ log = logging.getLogger("thicket.vllm")
 CPU_ARGS = ("--dtype", "float32", "--enforce-eager", "--distributed-executor-backend", "uni",
             "--no-enable-chunked-prefill")
 COMMON_ARGS = ("--enable-prefix-caching", "--enable-prompt-tokens-details")
-# On CPU the engine runs in the API server's process (VLLM_ENABLE_V1_MULTIPROCESSING=0): one process
-# fewer to spawn and fill with vLLM's imports. Measured with the demo sweep on 2 cores: the run took
-# 73 s against 90 s (the sweep itself 40.6 s against 43.7 s), with the same 1,044 calls, 970 nodes
-# and 19,124 tokens.
-CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+# 1 GiB of KV cache: the demo's model and contexts need far less. (VLLM_ENABLE_V1_MULTIPROCESSING=0
+# is not set: in vLLM 0.32 only the offline LLMEngine reads it; the OpenAI server always spawns its
+# engine core, v1/engine/async_llm.py.)
+CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
 # Left out of the child's environment: vLLM's start imports some 5,300 modules in each of its
 # processes (API server and engine core, spawned, so each imports afresh). A venv installed by
 # uv has no bytecode (pip writes it at install, uv does not), so with PYTHONDONTWRITEBYTECODE set

@@ -71,6 +71,10 @@ class Store(ABC):
     @abstractmethod
     def delete(self, key: str) -> None: ...
 
+    def remove_empty_folder(self, prefix: str) -> None:
+        """Remove the folder `prefix` names if nothing is left in it (an object store has no
+        folders: nothing to do)."""
+
     def get_many(self, keys: Sequence[str]) -> list[bytes]:
         """The objects at `keys`, in order, with up to reads_in_flight gets at a time."""
         if self.reads_in_flight <= 1 or len(keys) <= 1:
@@ -148,6 +152,12 @@ class LocalStore(Store):
 
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)
+
+    def remove_empty_folder(self, prefix: str) -> None:
+        try:
+            self._path(prefix).rmdir()
+        except OSError:  # not empty, or not there: left as it is
+            pass
 
     def size(self, key: str) -> int:
         try:

@@ -37,6 +37,7 @@ from thicket.aggregate.sft import FASTCHAT_SCHEMA, SFT_SCHEMA, sft_tables
 from thicket.aggregate.source import BATCH_NODES, batches, decode, forests, shards_of
 from thicket.aggregate.stats import SweepStats
 from thicket.aggregate.tokens import TOKENS_SCHEMA, token_rows
+from thicket.aggregate.tree_pages import write_tree_pages
 from thicket.aggregate.transfer import pack, unpack
 from thicket.aggregate.verifier import Verifier, VerifierConfig
 from thicket.aggregate.writer import (
@@ -236,9 +237,11 @@ def aggregate(
     files = [f for name in sorted(parts) for f in parts[name]]
     card = dataset_card(sweep, spec, rows, _paths(parts), params.model_dump(), SCHEMAS, summary["reward_semantics"],
                         summary["data_sources"])
-    files += [
+    pages, page_files = write_tree_pages(store, [row.task for row in tasks])
+    files += page_files + [
         put_file(store, "stats.json", (json.dumps(summary, indent=1, sort_keys=True) + "\n").encode()),
-        put_file(store, "report.html", report_html(summary, sweep, sorted(tasks, key=lambda row: row.task), store.uri).encode()),
+        put_file(store, "report.html", report_html(summary, sweep, sorted(tasks, key=lambda row: row.task), store.uri,
+                                                   pages).encode()),
         put_file(store, "README.md", card.encode()),
     ]
     _finish(store, files, rows, params)

@@ -143,6 +143,7 @@ def report_html(stats: dict[str, Any], sweep: str, tasks: Sequence[TaskRow] = ()
     ]
     facts = [
         ("tasks", stats["tasks"]),
+        ("data", "; ".join(stats.get("data_sources") or {}) or "n/a"),  # generated data says so (the env's words)
         ("trees", trees),
         ("nodes", stats["nodes"]),
         ("success rate", _share(stats["success_rate"])),

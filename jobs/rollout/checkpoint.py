@@ -7,7 +7,8 @@ each holding the replies recorded since the one before, written whole (a store's
 atomic: a segment is there entirely or not at all). A segment's first line is its header: the
 format, thicket's version, the fingerprint of what shapes the tree in the spec, the task and
 the segment's number. Readers of the sweep's trees and datasets never look under
-`checkpoints/`; a tree's segments are deleted once the tree is committed.
+`checkpoints/`; a tree's segments are deleted once the tree is committed (with the folders
+they leave empty).
 
 A segment that cannot be read, or whose header is not this spec's, version's and task's, ends
 the checkpoint there: it and every later segment are deleted with a warning, and the tree
@@ -183,13 +184,16 @@ class TreeCheckpoint:
 
 
 def delete_segments(store: Store, task: int, keys: list[str]) -> None:
-    """Delete these segments of the task's checkpoint; one that fails is logged, not raised."""
+    """Delete these segments of the task's checkpoint; one that fails is logged, not raised. The
+    folders left empty go too (the task's, then checkpoints/): a local sweep keeps no empty ones."""
     for key in keys:
         try:
             store.delete(key)
         except Exception as err:
             log.warning("task %d: could not delete checkpoint %s (%s)", task, key, err,
                         extra={"task": task, "tree": task})
+    for folder in (checkpoint_prefix(task), CHECKPOINTS):
+        store.remove_empty_folder(folder)
 
 
 def checkpointed_tasks(store: Store) -> dict[int, list[str]]:

@@ -317,11 +317,17 @@ class Worker:
             show_valid_actions=expander.show_valid_actions,
         )
 
+    @property
+    def _requests_are(self) -> str:
+        """What the policy's requests are, in the words of the run's summary."""
+        return "policy samples (no LLM)" if self.spec.policy.kind == "uniform" else "LLM requests"
+
     def _finished(self, outcome: TaskOutcome) -> TaskOutcome:
         """Count and log a task that is done with (failures logged their own line)."""
         metrics.TASKS_DONE.labels(outcome.status.value).inc()
         metrics.NODES_GROWN.inc(outcome.nodes)
         if outcome.status is not TaskStatus.FAILED:
-            log.info("task %d finished: %s, %d nodes, %d LLM requests in %.1f s", outcome.task, outcome.status.value,
-                     outcome.nodes, outcome.llm_requests, outcome.seconds, extra=outcome.log_fields())
+            log.info("task %d finished: %s, %d nodes, %d %s in %.1f s", outcome.task, outcome.status.value,
+                     outcome.nodes, outcome.llm_requests, self._requests_are, outcome.seconds,
+                     extra=outcome.log_fields())
         return outcome
