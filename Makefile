@@ -24,7 +24,7 @@ demo: venv vllm-venv model
 UNIT_TIER := not containers and not retrain and not vllm and not slow
 SLOW_TIER := (vllm or slow) and not containers and not retrain
 
-test: venv vllm-venv trl-venv
+test: venv vllm-venv trl-venv model
 	$(BIN)/python -m pytest -q --durations=20 -m "$(UNIT_TIER)"
 
 test-slow: venv vllm-venv model

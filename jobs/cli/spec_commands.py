@@ -112,8 +112,8 @@ def run(spec: str, output: str | None, indices: str | None, policy: str | None, 
         result = build_datasets(s.sweep_uri, store=open_store(s.sweep_uri, s.storage.settings()), progress=progress)
         for line in result.lines():
             click.echo(line)
-    if note := no_success_note(s, summary.report):  # last: what an empty run may need
-        click.echo(note, err=True)
+    if note := no_success_note(s, summary.report):  # last, with the summary: what an empty run may need
+        click.echo(note)
 
 
 @click.command("eval", short_help="pass@1, pass@k and mean return of SPEC's policy, 95% intervals.",

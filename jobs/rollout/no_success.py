@@ -18,8 +18,9 @@ def no_success_note(spec: SweepSpec, report: WorkerReport) -> str | None:
     if not grown or any(outcome.solved for outcome in grown):
         return None
     why = [w for w in (budget_reason(spec), policy_reason(spec.policy, spec.tasks)) if w]
-    trees = "the tree" if len(grown) == 1 else f"none of the {len(grown)} trees"
-    return (f"note: {trees} grown solved its task, so the datasets hold no successes (no SFT rows, no pairs); "
+    trees = "the one tree grown did not solve its task" if len(grown) == 1 else \
+        f"none of the {len(grown)} trees grown solved its task"
+    return (f"note: {trees}, so the datasets hold no successes (no SFT rows, no pairs); "
             + "; ".join([*why, "`thicket eval SPEC` measures the policy's pass@1 on these tasks"]))
 
 

@@ -95,6 +95,7 @@ CASES = [(algorithm, where, sig) for algorithm in SEARCHES for where, sig in INT
 CASES += [("tot", "s3", signal.SIGKILL), ("mcts_pw", "local", signal.SIGTERM)]  # the other two pairings
 
 
+@pytest.mark.slow  # the slow tier (`make test-slow`): a run killed and resumed per case
 @pytest.mark.parametrize("algorithm,where,sig", CASES, ids=[f"{a}-{w}-{s.name}" for a, w, s in CASES])
 def test_a_killed_run_resumes_its_growing_trees_into_the_uninterrupted_ones(
         algorithm, where, sig, tmp_path, references, request):

@@ -19,7 +19,7 @@ def test_a_run_without_a_success_ends_with_a_note_saying_why_it_may_be(tmp_path)
     result = thicket("run", str(spec))
     assert result.returncode == 0, result.stderr
     assert "successes    0 of 2 trees solved their task" in result.stdout
-    last = result.stderr.splitlines()[-1]
+    last = result.stdout.splitlines()[-1]  # stdout, with the summary: stderr holds the log (JSON with THICKET_LOG_FORMAT)
     assert last.startswith("note: none of the 2 trees grown solved its task, so the datasets hold no successes"), last
     assert "search.max_llm_calls caps each tree at 4 LLM calls" in last
     assert "the uniform policy picks actions at random" in last and "thicket eval SPEC" in last
@@ -29,7 +29,17 @@ def test_a_run_with_a_success_has_no_such_note(tmp_path):
     result = thicket("run", str(sweep_spec(tmp_path, count=2)), "--output", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
     assert "successes    0 of" not in result.stdout  # the harness's FrozenLake sweep solves some
-    assert "so the datasets hold no successes" not in result.stderr
+    assert "so the datasets hold no successes" not in result.stdout + result.stderr
+
+
+def test_one_tree_is_named_as_one(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: no-success\ntasks: {env: textcraft, start: 10, stop: 11}\n"
+                    "search: {algorithm: dense, max_llm_calls: 4, max_depth: 4}\npolicy: {kind: uniform}\n"
+                    f"output: {tmp_path}/out\nrun: {{progress: false}}\n")
+    result = thicket("run", str(spec), "--no-aggregate")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1].startswith("note: the one tree grown did not solve its task, so the datasets")
 
 
 def test_a_trained_model_names_where_its_pass_at_1_was_measured(tmp_path):
