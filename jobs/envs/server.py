@@ -58,7 +58,8 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from thicket.envs import EnvNotInstalled, env_names, require
-from thicket.envs.service import EnvService, Phase, ServerConfig, read_body
+from thicket.envs.request_body import read_body
+from thicket.envs.service import EnvService, Phase, ServerConfig
 from thicket.envs.wire import ApiError, parse_json
 from thicket.errors import BadInput, Unavailable
 

@@ -16,13 +16,13 @@ from enum import StrEnum
 from typing import Any
 
 from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Receive
 
 from thicket.envs.alfworld import agentgym as alfworld
 from thicket.envs.pool import Instance, Pool, Saved, build_env, env_errors
 from thicket.envs.protocol import Observation
+from thicket.envs.request_body import read_body, read_json
 from thicket.envs.server_metrics import CONTENT_TYPE, ServerMetrics
 from thicket.envs.webshop import agentgym as webshop
 from thicket.envs.wire import (
@@ -34,7 +34,6 @@ from thicket.envs.wire import (
     env_args_field,
     int_field,
     observation_fields,
-    parse_json,
     request_id,
     task_field,
     transition_fields,
@@ -69,28 +68,6 @@ class ServerConfig:
     @property
     def reap_interval_s(self) -> float:
         return min(max(self.idle_timeout_s / 4, 0.05), 5.0)
-
-
-async def read_body(receive: Receive, declared: str | None, limit: int) -> bytes:
-    """A request's body off the ASGI channel, refused past `limit` bytes."""
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise ApiError(ErrorCode.BODY_TOO_LARGE, f"request body of {declared} bytes exceeds {limit}")
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnect()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(ErrorCode.BODY_TOO_LARGE, f"request body exceeds {limit} bytes")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
-async def read_json(request: Request, limit: int) -> dict[str, Any]:
-    return parse_json(await read_body(request.receive, request.headers.get("content-length"), limit))
 
 
 def json_response(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
