@@ -296,15 +296,12 @@ FIXES = {
 def pods_a_node(spec: Any, objects: list[Obj]) -> int:
     """The most rollout pods one node of a type cluster.node_selector picks holds (thicket.k8s.node_fit);
     with no selector, or one thicket cannot check, the most any GPU node type holds."""
-    from thicket.k8s.containers import pod_model
-    from thicket.k8s.names import serves_vllm
-    from thicket.k8s.node_fit import fits, pod_request, rollout_pod, selector_picks, weights_gib
+    from thicket.k8s.node_fit import rollout_pod, selector_picks, spec_fits
 
     pod = rollout_pod(objects)
     if pod is None:
         return 1
-    model_gib = weights_gib(pod_model(spec)) if serves_vllm(spec) else None
-    every = [f for f in fits(pod_request(pod), model_gib, spec.cluster.node_disk_gib) if f.fits]
+    every = [f for f in spec_fits(spec, pod)[1] if f.fits]
     selector = spec.cluster.node_selector
     picked = [f for f in every if selector and selector_picks(f.node, selector)]
     return max((f.pods for f in picked or every), default=1)

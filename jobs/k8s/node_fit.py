@@ -281,16 +281,21 @@ class FitReport:
     warnings: list[str]
 
 
-def report(spec: Any, objects: list[Obj]) -> FitReport | None:
-    pod = rollout_pod(objects)
-    if pod is None:
-        return None
+def spec_fits(spec: Any, pod: Obj) -> tuple[PodRequest, list[Fit]]:
+    """The rollout pod's request and its fit on every GPU node type, with the spec's model and disk."""
     from thicket.k8s.containers import pod_model
     from thicket.k8s.names import serves_vllm
 
     request = pod_request(pod)
     model_gib = weights_gib(pod_model(spec)) if serves_vllm(spec) else None
-    every = fits(request, model_gib, spec.cluster.node_disk_gib)
+    return request, fits(request, model_gib, spec.cluster.node_disk_gib)
+
+
+def report(spec: Any, objects: list[Obj]) -> FitReport | None:
+    pod = rollout_pod(objects)
+    if pod is None:
+        return None
+    request, every = spec_fits(spec, pod)
     selector = spec.cluster.node_selector
     lines = [f"pod     {request.text()} requested (max of the largest init container and sidecars + worker)"]
     warnings = list(selector_notes(selector))
