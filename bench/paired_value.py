@@ -1,0 +1,212 @@
+"""What the trees are worth, with the power to tell the arms apart (issue 52): data_value.py's first
+round, SFT on each search's successes from the same pi0 at the same call budget, judged by a paired
+evaluation whose minimum detectable effect is computed before it runs.
+
+    bash bench/trl_venv.sh                       # TRL in bench/.venv-trl (CPU torch)
+    .venv/bin/python bench/paired_value.py [--seeds 0] [--arms sample mcts dense] [--samples 32]
+                                           [--work DIR] [--record bench/results/data_value]
+
+1. Pilot: pi0 on the held-out goals at data_value.py's 4 samples a goal. From its per-goal rates,
+   the minimum detectable effect (80% power, two-sided 0.05) of the sampled design (--samples a
+   goal) and of greedy decoding (one outcome a goal), printed before anything else is evaluated.
+2. pi0 and every pi1 evaluated on the same goals, with the same sampling seed: --samples a goal at
+   the demo policy's temperature, and greedily (temperature 0). Each goal's outcomes are kept.
+3. Per arm: pass@1, its gain over pi0 and its difference from sampling's pi1, paired over goals
+   (bootstrap intervals); the ratio of its gain per call to sampling's; McNemar's exact test on the
+   greedy outcomes. The achieved MDE (2.80 x the observed paired standard error) is printed too.
+
+Trees are grown and pi1s trained by data_value.py's own steps (same budget, tasks and training
+settings), in their own folder (`paired/`), so its recorded round one is left as it was measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import data_value as dv  # noqa: E402
+from kept import Kept  # noqa: E402
+from search_quality import machine  # noqa: E402
+
+from thicket.estimators import bootstrap  # noqa: E402
+from thicket.evaluation.paired import (  # noqa: E402
+    gain_ratio, mcnemar_exact, minimum_detectable_effect, paired_difference, pilot_rates, z_sum)
+from thicket.evaluation.run import evaluate  # noqa: E402
+from thicket.tiny_model import vllm_python  # noqa: E402
+from thicket.training.evaluate import pass_spec  # noqa: E402
+from thicket.vllm_server import VLLMServer  # noqa: E402
+
+PILOT_SAMPLES = dv.EVAL_SAMPLES
+SAMPLES = 32
+TARGET_MDE = 0.02
+BASELINE = "sample"
+
+
+def outcomes_of(model: Path, scratch: Path, tasks: range, samples: int, seed: int, temperature: float | None,
+                ) -> dict[str, Any]:
+    """The model's outcomes on the tasks, thicket eval's path: per goal [task, samples, successes, excluded]."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    with VLLMServer(str(model), served_name=model.name, python=vllm_python(), log_path=scratch / "vllm.log") as server:
+        policy = {"kind": "openai", "url": server.url, "model": server.served_name}
+        if temperature is not None:
+            policy["temperature"] = temperature
+        evaluation = evaluate(pass_spec(policy, scratch, tasks, samples, seed), tasks, (1,))
+    return {"samples": samples, "seed": seed, "temperature": temperature,
+            "pass_at_1": evaluation.to_json()["pass_at_1"], "wall_s": round(time.perf_counter() - started, 1),
+            "outcomes": [[o.task, o.samples, o.successes, o.excluded] for o in evaluation.outcomes]}
+
+
+def evaluated(model: Path, at: Path, samples: int, seed: int, temperature: float | None) -> dict[str, Any]:
+    """The model's outcomes, kept in `at`.json (and recorded); the evaluation's sweep in folder `at`."""
+    tasks = range(*dv.FULL.eval_goals)
+    return dv.kept(at.with_name(f"{at.name}.json"),
+                   lambda: outcomes_of(model, at, tasks, samples, seed, temperature))
+
+
+def per_goal(figures: dict[str, Any]) -> list[float]:
+    """Each goal's pass@1 (successes / evaluated samples), in task order; a goal with no evaluated
+    sample is an error here: the paired comparison needs every goal under every policy."""
+    rows = sorted(figures["outcomes"])
+    if any(samples == 0 for _, samples, _, _ in rows):
+        raise SystemExit(f"a goal has no evaluated sample (seed {figures['seed']}): the comparison is not paired")
+    return [successes / samples for _, samples, successes, _ in rows]
+
+
+def design(pilot: dict[str, Any], samples: int) -> dict[str, Any]:
+    rates = pilot_rates([(n, c) for _, n, c, _ in pilot["outcomes"]])
+    goals = len(rates)
+    per_goal_variance = sum(q * (1 - q) for q in rates) / goals
+    # Greedy (one outcome a goal): how many goals at this spread would reach the target.
+    greedy_goals = (z_sum() / TARGET_MDE) ** 2 * 2 * per_goal_variance
+    return {"goals": goals, "pilot_samples": PILOT_SAMPLES, "goals_ever_solved": sum(1 for _, _, c, _ in pilot["outcomes"] if c),
+            "mde_sampled": minimum_detectable_effect(rates, samples), "mde_greedy": minimum_detectable_effect(rates, 1),
+            "samples": samples, "greedy_goals_for_target": greedy_goals}
+
+
+def arm_model(work: Path, seed: int, arm: str) -> Path:
+    return work / "paired" / f"s{seed}" / f"{arm}-sft"
+
+
+def pi1(pi0: Path, arm: str, seed: int, work: Path, samples: int) -> dict[str, Any]:
+    """One arm at one seed: its trees, its pi1 (SFT on the successes), pi1's two evaluations."""
+    model = arm_model(work, seed, arm)
+    sampled, greedy = (model.with_name(f"{model.name}.{name}") for name in (f"eval-s{seed}-x{samples}", "greedy"))
+    done = all(dv.KEPT.has(at.with_name(f"{at.name}.json")) for at in (sampled, greedy))
+    to_train = not done and not (model / "config.json").is_file()
+    if to_train:
+        dv.KEPT.forget(dv.train_figures(model))  # trained elsewhere: its weights are not here
+    grown = dv.grow(pi0, arm, dv.FULL.train_tasks, seed, model.parent, to_train)
+    trained = dv.train(pi0, "sft", grown["datasets"], seed, model, dv.FULL)
+    row = {"seed": seed, "arm": arm, "recipe": "sft", "llm_calls": grown["llm_calls"],
+           "distinct_successes": grown["successes"], "generation_cpu_s": round(grown["cpu_s"], 1), "training": trained}
+    if "skipped" not in trained:
+        row["sampled"] = evaluated(model, sampled, samples, seed, None)
+        row["greedy"] = evaluated(model, greedy, 1, seed, 0.0)
+    return row
+
+
+def comparisons(base: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per arm at one seed: gain over pi0 and difference from sampling's pi1, paired over goals."""
+    baseline = next((r for r in rows if r["arm"] == BASELINE and "sampled" in r), None)
+    out = []
+    for row in rows:
+        if "sampled" not in row:
+            continue
+        base_s, arm_s = per_goal(base["sampled"]), per_goal(row["sampled"])
+        base_g, arm_g = per_goal(base["greedy"]), per_goal(row["greedy"])
+        figures = {"seed": row["seed"], "arm": row["arm"], "rows": row["training"]["rows"], "llm_calls": row["llm_calls"],
+                   "distinct_successes": row["distinct_successes"], "sampled": bootstrap(arm_s),
+                   "gain": paired_difference(base_s, arm_s), "greedy": sum(arm_g) / len(arm_g),
+                   "greedy_gain": sum(arm_g) / len(arm_g) - sum(base_g) / len(base_g),
+                   "greedy_p_vs_pi0": mcnemar_exact([g > 0 for g in base_g], [g > 0 for g in arm_g])}
+        if baseline is not None and baseline is not row:
+            low_s, low_g = per_goal(baseline["sampled"]), per_goal(baseline["greedy"])
+            figures["vs_baseline"] = paired_difference(low_s, arm_s)
+            figures["ratio_per_call"] = gain_ratio(base_s, low_s, arm_s, baseline["llm_calls"] / 1000,
+                                                   row["llm_calls"] / 1000)
+            figures["greedy_p_vs_baseline"] = mcnemar_exact([g > 0 for g in low_g], [g > 0 for g in arm_g])
+        out.append(figures)
+    return out
+
+
+def markdown(table: list[dict[str, Any]]) -> str:
+    lines = ["| seed | arm (SFT) | LLM calls | distinct successes | rows | pass@1, 32 a goal [95%] | gain over pi0 "
+             "[95%] | vs sample/sft [95%] | gain per call / sample's [95%] | greedy pass@1 (gain; McNemar p vs pi0, "
+             "vs sample) |", "|---:|---|---:|---:|---:|---|---|---|---|---|"]
+    for f in table:
+        versus = f.get("vs_baseline")
+        ratio = f.get("ratio_per_call")
+        p_base = f.get("greedy_p_vs_baseline")
+        lines.append(f"| {f['seed']} | {f['arm']} | {f['llm_calls']:,} | {f['distinct_successes']} | {f['rows']} | "
+                     f"{f['sampled']} | {f['gain']} | {versus or '—'} | {ratio or '—'} | {f['greedy']:.3f} "
+                     f"({f['greedy_gain']:+.3f}; p {f['greedy_p_vs_pi0']:.2f}, "
+                     f"{'—' if p_base is None else f'{p_base:.2f}'}) |")
+    return "\n".join(lines)
+
+
+def achieved_mde(table: list[dict[str, Any]]) -> float | None:
+    """2.80 x the standard error the bootstrap gives the arm-against-sampling differences (the
+    interval's half-width / 1.96), the largest over arms: what this run could in fact detect."""
+    widths = [(f["vs_baseline"].high - f["vs_baseline"].low) / 2 / 1.96 for f in table if f.get("vs_baseline")]
+    return z_sum() * max(widths) if widths else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--arms", nargs="+", default=[BASELINE, "mcts", "dense"], choices=list(dv.RECIPES))
+    parser.add_argument("--samples", type=int, default=SAMPLES, help="samples a goal of the sampled evaluation")
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "thicket-data-value")
+    parser.add_argument("--record", type=Path, default=dv.RECORD)
+    parser.add_argument("--out", default="paired_value.json")
+    args = parser.parse_args()
+    if not dv.TRL_PYTHON.is_file():
+        raise SystemExit("no bench/.venv-trl: run `bash bench/trl_venv.sh` first")
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    dv.KEPT = Kept(work, args.record.resolve())
+    pi0 = dv.base_policy(work, None, dv.FULL)
+    dv.check_same_base(pi0, work)
+
+    plan = {}
+    for seed in args.seeds:
+        pilot = evaluated(pi0, work / "paired" / f"pi0.pilot-s{seed}", PILOT_SAMPLES, seed, None)
+        plan[seed] = design(pilot, args.samples)
+        d = plan[seed]
+        print(f"design (seed {seed}): {d['goals']} held-out goals; pilot pi0 at {PILOT_SAMPLES} a goal solved "
+              f"{d['goals_ever_solved']} of them at least once. Minimum detectable effect at 80% power, two-sided "
+              f"0.05: {d['mde_sampled']:.4f} at {args.samples} samples a goal, {d['mde_greedy']:.4f} greedy (greedy "
+              f"would need {d['greedy_goals_for_target']:,.0f} goals at this spread for {TARGET_MDE})", flush=True)
+
+    table, rows_all = [], []
+    for seed in args.seeds:
+        at = work / "paired" / "pi0"
+        base = {"sampled": evaluated(pi0, at.with_name(f"pi0.eval-s{seed}-x{args.samples}"), args.samples, seed, None),
+                "greedy": evaluated(pi0, at.with_name("pi0.greedy"), 1, seed, 0.0)}
+        rows = [pi1(pi0, arm, seed, work, args.samples) for arm in args.arms]
+        rows_all.extend(rows)
+        table.extend(comparisons(base, rows))
+        print(f"seed {seed}: pi0 pass@1 {bootstrap(per_goal(base['sampled']))} sampled, "
+              f"{statistics.mean(per_goal(base['greedy'])):.3f} greedy", flush=True)
+
+    result = {"date": datetime.date.today().isoformat(), "machine": machine(), "design": plan,
+              "rows": rows_all, "table": [{k: (v.__dict__ if hasattr(v, "__dict__") else v) for k, v in f.items()}
+                                          for f in table], "achieved_mde": achieved_mde(table)}
+    Path(args.out).write_text(json.dumps(result, indent=1, default=str) + "\n")
+    print(markdown(table))
+    if result["achieved_mde"] is not None:
+        print(f"achieved MDE of the arm-against-sampling differences: {result['achieved_mde']:.4f}")
+    print(f"figures in {args.out}")
+
+
+if __name__ == "__main__":
+    main()

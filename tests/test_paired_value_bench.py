@@ -1,0 +1,68 @@
+"""bench/paired_value.py's analysis (issue 52), on outcomes made up here with figures worked by hand:
+the design it prints before evaluating, and the table it makes after, so that the bench cannot rot
+between the (hour-long) runs that measure it. Evaluating, growing and training are the product's
+and data_value.py's own steps, tested elsewhere."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import paired_value as pv  # noqa: E402
+
+GOALS = 8
+
+
+def figures(successes: list[int], samples: int, seed: int = 0) -> dict:
+    return {"seed": seed, "samples": samples,
+            "outcomes": [[200 + goal, samples, c, 0] for goal, c in enumerate(successes)]}
+
+
+def arm(name: str, sampled: list[int], greedy: list[int], calls: int) -> dict:
+    return {"seed": 0, "arm": name, "llm_calls": calls, "distinct_successes": 9, "training": {"rows": 5},
+            "sampled": figures(sampled, 4), "greedy": figures(greedy, 1)}
+
+
+def test_the_design_from_a_pilot_by_hand():
+    # Two goals at 2 of 4 (spread 0.25 x 4/3 -> capped at 0.25: q' = 0.5), six never solved.
+    pilot = figures([2, 2, 0, 0, 0, 0, 0, 0], 4)
+    design = pv.design(pilot, 32)
+    z = 1.959964 + 0.841621
+    assert design["goals"] == GOALS and design["goals_ever_solved"] == 2
+    assert design["mde_sampled"] == pytest.approx(z * math.sqrt(2 * 2 * 0.25 / 32) / GOALS, rel=1e-5)
+    assert design["mde_greedy"] == pytest.approx(z * math.sqrt(2 * 2 * 0.25) / GOALS, rel=1e-5)
+    # Greedy at this spread (0.25 x 2/8 = 0.0625 a goal): (z / 0.02)^2 x 2 x 0.0625 goals for 0.02.
+    assert design["greedy_goals_for_target"] == pytest.approx((z / 0.02) ** 2 * 2 * 0.0625, rel=1e-5)
+
+
+def test_the_table_pairs_every_arm_with_pi0_and_with_sampling():
+    base = {"sampled": figures([0, 1, 0, 0, 0, 0, 0, 0], 4), "greedy": figures([0] * 8, 1)}
+    rows = [arm("sample", [1, 1, 0, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0, 0, 0], 1000),
+            arm("mcts", [2, 2, 1, 0, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0, 0, 0], 2000)]
+    table = pv.comparisons(base, rows)
+    sample, mcts = table
+    assert sample["gain"].mean == pytest.approx(1 / 4 / GOALS)  # one more success in 4 on one goal
+    assert "vs_baseline" not in sample  # the baseline is not compared with itself
+    assert mcts["gain"].mean == pytest.approx(4 / 4 / GOALS)
+    assert mcts["vs_baseline"].mean == pytest.approx(3 / 4 / GOALS)
+    # Per call: mcts gains 0.125 over 2k calls, sampling 0.03125 over 1k: (0.0625) / (0.03125) = 2.
+    assert mcts["ratio_per_call"].mean == pytest.approx(2.0)
+    assert mcts["ratio_per_call"].low is None  # sampling's gain is 0 in some resamples: unbounded
+    # Greedy: mcts solves 3 goals pi0 never does: 3 discordant, all one way, p = 2 / 8.
+    assert mcts["greedy_p_vs_pi0"] == pytest.approx(0.25)
+    assert mcts["greedy_p_vs_baseline"] == pytest.approx(0.5)  # 2 discordant, one way: 2 / 4
+    text = pv.markdown(table)
+    assert text.count("\n") == 3 and "| mcts |" in text and "unbounded" in text
+    assert pv.achieved_mde(table) == pytest.approx(
+        pv.z_sum() * (mcts["vs_baseline"].high - mcts["vs_baseline"].low) / 2 / 1.959964, rel=1e-3)
+
+
+def test_a_goal_missing_from_an_evaluation_stops_the_comparison():
+    broken = figures([1, 0], 4)
+    broken["outcomes"][1][1] = 0  # no evaluated sample on the second goal
+    with pytest.raises(SystemExit, match="not paired"):
+        pv.per_goal(broken)
