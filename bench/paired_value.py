@@ -11,9 +11,11 @@ evaluation whose minimum detectable effect is computed before it runs.
    goal) and of greedy decoding (one outcome a goal), printed before anything else is evaluated.
 2. pi0 and every pi1 evaluated on the same goals, with the same sampling seed: --samples a goal at
    the demo policy's temperature, and greedily (temperature 0). Each goal's outcomes are kept.
-3. Per arm: pass@1, its gain over pi0 and its difference from sampling's pi1, paired over goals
-   (bootstrap intervals); the ratio of its gain per call to sampling's; McNemar's exact test on the
-   greedy outcomes. The achieved MDE (2.80 x the observed paired standard error) is printed too.
+3. Per arm: pass@1, its gain over pi0 and its difference from sampling's pi1, paired over goals,
+   and the ratio of its gain per call to sampling's, each with two bootstrap intervals: the goals
+   fixed and their samples redrawn (could sampling noise give this?), and the goals redrawn (would
+   it hold on other goals like these?); McNemar's exact test on the greedy outcomes. The achieved
+   MDE of each kind (2.80 x the observed standard error of the differences) is printed too.
 
 Trees are grown and pi1s trained by data_value.py's own steps (same budget, tasks and training
 settings), in their own folder (`paired/`), so its recorded round one is left as it was measured.
@@ -24,7 +26,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -36,9 +37,8 @@ import data_value as dv  # noqa: E402
 from kept import Kept  # noqa: E402
 from search_quality import machine  # noqa: E402
 
-from thicket.estimators import bootstrap  # noqa: E402
 from thicket.evaluation.paired import (  # noqa: E402
-    gain_ratio, mcnemar_exact, minimum_detectable_effect, paired_difference, pilot_rates, z_sum)
+    Resampling, gain_ratio, mcnemar_exact, minimum_detectable_effect, paired_difference, pass_at_1, pilot_rates, z_sum)
 from thicket.evaluation.run import evaluate  # noqa: E402
 from thicket.tiny_model import vllm_python  # noqa: E402
 from thicket.training.evaluate import pass_spec  # noqa: E402
@@ -72,13 +72,17 @@ def evaluated(model: Path, at: Path, samples: int, seed: int, temperature: float
                    lambda: outcomes_of(model, at, tasks, samples, seed, temperature))
 
 
-def per_goal(figures: dict[str, Any]) -> list[float]:
-    """Each goal's pass@1 (successes / evaluated samples), in task order; a goal with no evaluated
-    sample is an error here: the paired comparison needs every goal under every policy."""
+def per_goal(figures: dict[str, Any]) -> list[tuple[int, int]]:
+    """Each goal's (evaluated samples, successes), in task order; a goal with no evaluated sample is
+    an error here: the paired comparison needs every goal under every policy."""
     rows = sorted(figures["outcomes"])
     if any(samples == 0 for _, samples, _, _ in rows):
         raise SystemExit(f"a goal has no evaluated sample (seed {figures['seed']}): the comparison is not paired")
-    return [successes / samples for _, samples, successes, _ in rows]
+    return [(samples, successes) for _, samples, successes, _ in rows]
+
+
+def solved(figures: dict[str, Any]) -> list[bool]:
+    return [c > 0 for _, c in per_goal(figures)]
 
 
 def design(pilot: dict[str, Any], samples: int) -> dict[str, Any]:
@@ -115,49 +119,59 @@ def pi1(pi0: Path, arm: str, seed: int, work: Path, samples: int) -> dict[str, A
 
 
 def comparisons(base: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per arm at one seed: gain over pi0 and difference from sampling's pi1, paired over goals."""
+    """Per arm at one seed: gain over pi0 and difference from sampling's pi1, paired over goals, each
+    with both intervals (sampling noise on these goals; other goals like these)."""
     baseline = next((r for r in rows if r["arm"] == BASELINE and "sampled" in r), None)
     out = []
     for row in rows:
         if "sampled" not in row:
             continue
         base_s, arm_s = per_goal(base["sampled"]), per_goal(row["sampled"])
-        base_g, arm_g = per_goal(base["greedy"]), per_goal(row["greedy"])
         figures = {"seed": row["seed"], "arm": row["arm"], "rows": row["training"]["rows"], "llm_calls": row["llm_calls"],
-                   "distinct_successes": row["distinct_successes"], "sampled": bootstrap(arm_s),
-                   "gain": paired_difference(base_s, arm_s), "greedy": sum(arm_g) / len(arm_g),
-                   "greedy_gain": sum(arm_g) / len(arm_g) - sum(base_g) / len(base_g),
-                   "greedy_p_vs_pi0": mcnemar_exact([g > 0 for g in base_g], [g > 0 for g in arm_g])}
+                   "distinct_successes": row["distinct_successes"], "sampled": pass_at_1(arm_s),
+                   "gain": {how: paired_difference(base_s, arm_s, how) for how in Resampling},
+                   "greedy": pass_at_1(per_goal(row["greedy"])),
+                   "greedy_gain": pass_at_1(per_goal(row["greedy"])) - pass_at_1(per_goal(base["greedy"])),
+                   "greedy_p_vs_pi0": mcnemar_exact(solved(base["greedy"]), solved(row["greedy"]))}
         if baseline is not None and baseline is not row:
-            low_s, low_g = per_goal(baseline["sampled"]), per_goal(baseline["greedy"])
-            figures["vs_baseline"] = paired_difference(low_s, arm_s)
-            figures["ratio_per_call"] = gain_ratio(base_s, low_s, arm_s, baseline["llm_calls"] / 1000,
-                                                   row["llm_calls"] / 1000)
-            figures["greedy_p_vs_baseline"] = mcnemar_exact([g > 0 for g in low_g], [g > 0 for g in arm_g])
+            low_s = per_goal(baseline["sampled"])
+            figures["vs_baseline"] = {how: paired_difference(low_s, arm_s, how) for how in Resampling}
+            figures["ratio_per_call"] = {how: gain_ratio(base_s, low_s, arm_s, baseline["llm_calls"] / 1000,
+                                                         row["llm_calls"] / 1000, how) for how in Resampling}
+            figures["greedy_p_vs_baseline"] = mcnemar_exact(solved(baseline["greedy"]), solved(row["greedy"]))
         out.append(figures)
     return out
 
 
 def markdown(table: list[dict[str, Any]]) -> str:
-    lines = ["| seed | arm (SFT) | LLM calls | distinct successes | rows | pass@1, 32 a goal [95%] | gain over pi0 "
-             "[95%] | vs sample/sft [95%] | gain per call / sample's [95%] | greedy pass@1 (gain; McNemar p vs pi0, "
-             "vs sample) |", "|---:|---|---:|---:|---:|---|---|---|---|---|"]
+    """One line an arm: each paired figure with its interval against sampling noise, then over goals."""
+    def both(figure: dict[Resampling, Any]) -> str:
+        return f"{figure[Resampling.SAMPLES]} · goals {figure[Resampling.TASKS]}"
+
+    lines = ["| seed | arm (SFT) | LLM calls | distinct successes | rows | pass@1 | gain over pi0 [95%: samples · goals] "
+             "| vs sample/sft [95%: samples · goals] | gain per call / sample's [95%: samples · goals] | greedy pass@1 "
+             "(gain; McNemar p vs pi0, vs sample) |", "|---:|---|---:|---:|---:|---:|---|---|---|---|"]
     for f in table:
-        versus = f.get("vs_baseline")
-        ratio = f.get("ratio_per_call")
         p_base = f.get("greedy_p_vs_baseline")
         lines.append(f"| {f['seed']} | {f['arm']} | {f['llm_calls']:,} | {f['distinct_successes']} | {f['rows']} | "
-                     f"{f['sampled']} | {f['gain']} | {versus or '—'} | {ratio or '—'} | {f['greedy']:.3f} "
+                     f"{f['sampled']:.3f} | {both(f['gain'])} | {both(f['vs_baseline']) if 'vs_baseline' in f else '—'} | "
+                     f"{both(f['ratio_per_call']) if 'ratio_per_call' in f else '—'} | {f['greedy']:.3f} "
                      f"({f['greedy_gain']:+.3f}; p {f['greedy_p_vs_pi0']:.2f}, "
                      f"{'—' if p_base is None else f'{p_base:.2f}'}) |")
     return "\n".join(lines)
 
 
-def achieved_mde(table: list[dict[str, Any]]) -> float | None:
-    """2.80 x the standard error the bootstrap gives the arm-against-sampling differences (the
-    interval's half-width / 1.96), the largest over arms: what this run could in fact detect."""
-    widths = [(f["vs_baseline"].high - f["vs_baseline"].low) / 2 / 1.96 for f in table if f.get("vs_baseline")]
+def achieved_mde(table: list[dict[str, Any]], how: Resampling) -> float | None:
+    """z_sum x the standard error (half the 95% interval / 1.96) of the arm-against-sampling
+    differences, the largest over arms: what this run could in fact detect, by either kind."""
+    widths = [(f["vs_baseline"][how].high - f["vs_baseline"][how].low) / 2 / 1.96 for f in table if "vs_baseline" in f]
     return z_sum() * max(widths) if widths else None
+
+
+def as_json(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {(k.name if isinstance(k, Resampling) else k): as_json(v) for k, v in value.items()}
+    return value.__dict__ if hasattr(value, "__dict__") else value
 
 
 def main() -> None:
@@ -195,16 +209,18 @@ def main() -> None:
         rows = [pi1(pi0, arm, seed, work, args.samples) for arm in args.arms]
         rows_all.extend(rows)
         table.extend(comparisons(base, rows))
-        print(f"seed {seed}: pi0 pass@1 {bootstrap(per_goal(base['sampled']))} sampled, "
-              f"{statistics.mean(per_goal(base['greedy'])):.3f} greedy", flush=True)
+        print(f"seed {seed}: pi0 pass@1 {pass_at_1(per_goal(base['sampled'])):.3f} sampled, "
+              f"{pass_at_1(per_goal(base['greedy'])):.3f} greedy", flush=True)
 
-    result = {"date": datetime.date.today().isoformat(), "machine": machine(), "design": plan,
-              "rows": rows_all, "table": [{k: (v.__dict__ if hasattr(v, "__dict__") else v) for k, v in f.items()}
-                                          for f in table], "achieved_mde": achieved_mde(table)}
+    achieved = {how.name: achieved_mde(table, how) for how in Resampling}
+    result = {"date": datetime.date.today().isoformat(), "machine": machine(), "design": plan, "rows": rows_all,
+              "table": [as_json(f) for f in table], "achieved_mde": achieved}
     Path(args.out).write_text(json.dumps(result, indent=1, default=str) + "\n")
     print(markdown(table))
-    if result["achieved_mde"] is not None:
-        print(f"achieved MDE of the arm-against-sampling differences: {result['achieved_mde']:.4f}")
+    for how in Resampling:
+        if achieved[how.name] is not None:
+            print(f"achieved MDE of the arm-against-sampling differences, resampling {how.value}: "
+                  f"{achieved[how.name]:.4f}")
     print(f"figures in {args.out}")
 
 

@@ -45,20 +45,24 @@ def test_the_table_pairs_every_arm_with_pi0_and_with_sampling():
             arm("mcts", [2, 2, 1, 0, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0, 0, 0], 2000)]
     table = pv.comparisons(base, rows)
     sample, mcts = table
-    assert sample["gain"].mean == pytest.approx(1 / 4 / GOALS)  # one more success in 4 on one goal
+    for how in pv.Resampling:
+        assert sample["gain"][how].mean == pytest.approx(1 / 4 / GOALS)  # one more success in 4 on one goal
+        assert mcts["gain"][how].mean == pytest.approx(4 / 4 / GOALS)
+        assert mcts["vs_baseline"][how].mean == pytest.approx(3 / 4 / GOALS)
+        # Per call: mcts gains 0.125 over 2k calls, sampling 0.03125 over 1k: 0.0625 / 0.03125 = 2.
+        assert mcts["ratio_per_call"][how].mean == pytest.approx(2.0)
+        assert mcts["ratio_per_call"][how].low is None  # sampling's gain is <= 0 in some resamples: unbounded
     assert "vs_baseline" not in sample  # the baseline is not compared with itself
-    assert mcts["gain"].mean == pytest.approx(4 / 4 / GOALS)
-    assert mcts["vs_baseline"].mean == pytest.approx(3 / 4 / GOALS)
-    # Per call: mcts gains 0.125 over 2k calls, sampling 0.03125 over 1k: (0.0625) / (0.03125) = 2.
-    assert mcts["ratio_per_call"].mean == pytest.approx(2.0)
-    assert mcts["ratio_per_call"].low is None  # sampling's gain is 0 in some resamples: unbounded
     # Greedy: mcts solves 3 goals pi0 never does: 3 discordant, all one way, p = 2 / 8.
     assert mcts["greedy_p_vs_pi0"] == pytest.approx(0.25)
     assert mcts["greedy_p_vs_baseline"] == pytest.approx(0.5)  # 2 discordant, one way: 2 / 4
     text = pv.markdown(table)
     assert text.count("\n") == 3 and "| mcts |" in text and "unbounded" in text
-    assert pv.achieved_mde(table) == pytest.approx(
-        pv.z_sum() * (mcts["vs_baseline"].high - mcts["vs_baseline"].low) / 2 / 1.959964, rel=1e-3)
+    for how in pv.Resampling:
+        interval = mcts["vs_baseline"][how]
+        assert pv.achieved_mde(table, how) == pytest.approx(
+            pv.z_sum() * (interval.high - interval.low) / 2 / 1.96, rel=1e-6)
+    assert pv.as_json({pv.Resampling.TASKS: mcts["gain"][pv.Resampling.TASKS]})["TASKS"]["tasks"] == GOALS
 
 
 def test_a_goal_missing_from_an_evaluation_stops_the_comparison():

@@ -2,14 +2,19 @@
 difference in pass@1, a ratio of gains over a common base, McNemar's exact test for one outcome a
 task, and the minimum difference a design can detect, computed before it runs.
 
-Tasks are the unit: every interval is a percentile bootstrap that resamples tasks and keeps each
-task's outcomes under every policy together (its samples are not independent of each other, and
-the policies' outcomes on one task are not independent of each other either). The bootstrap is
-seeded with a constant, as in thicket.estimators.
+A policy's outcomes are each task's (samples, successes). Every interval is a percentile bootstrap
+of one of two kinds, which answer two questions:
+- `Resampling.SAMPLES`: the tasks fixed, each task's samples redrawn (binomially, at its observed
+  rate) for every policy: could sampling noise alone give this difference on these tasks? The
+  minimum detectable effect below is this kind's.
+- `Resampling.TASKS`: the tasks redrawn, each task's outcomes under every policy kept together:
+  would the difference hold on other tasks like these? Wider where a gain lies on a few tasks.
+Both are seeded with a constant, as in thicket.estimators.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,16 +22,48 @@ from statistics import NormalDist
 
 import numpy as np
 
-from thicket.estimators import LEVEL, RESAMPLES, Estimate, bootstrap
+from thicket.estimators import LEVEL, RESAMPLES, Estimate
 
 POWER = 0.8
+Outcomes = Sequence[tuple[int, int]]  # per task: (evaluated samples, successes)
 
 
-def paired_difference(a: Sequence[float], b: Sequence[float], seed: int = 0) -> Estimate:
-    """b - a: the mean over tasks of each task's difference (its pass@1 under b less under a)."""
-    if len(a) != len(b):
-        raise ValueError(f"paired over tasks: {len(a)} tasks against {len(b)}")
-    return bootstrap([y - x for x, y in zip(a, b)], seed=seed)
+class Resampling(enum.Enum):
+    SAMPLES = "samples within each task"
+    TASKS = "tasks"
+
+
+def pass_at_1(outcomes: Outcomes) -> float:
+    return sum(c / n for n, c in outcomes) / len(outcomes)
+
+
+def resampled_pass_at_1(policies: Sequence[Outcomes], how: Resampling, seed: int = 0,
+                        resamples: int = RESAMPLES) -> np.ndarray:
+    """(policies, resamples): each policy's pass@1 on each resample, the same resample for all."""
+    if len({len(outcomes) for outcomes in policies}) != 1:
+        raise ValueError(f"paired over tasks: task counts {[len(o) for o in policies]} differ")
+    counts = np.asarray(policies, dtype=float)  # (policies, tasks, 2)
+    if (counts[:, :, 0] < 1).any():
+        raise ValueError("paired over tasks: every task needs an evaluated sample under every policy")
+    n, rates = counts[:, :, 0], counts[:, :, 1] / counts[:, :, 0]
+    rng = np.random.default_rng(seed)
+    if how is Resampling.TASKS:
+        picks = rng.integers(0, n.shape[1], size=(resamples, n.shape[1]))
+        return rates[:, picks].mean(axis=2)
+    drawn = rng.binomial(n.astype(int)[:, None, :], rates[:, None, :], size=(len(policies), resamples, n.shape[1]))
+    return (drawn / n[:, None, :]).mean(axis=2)
+
+
+def _interval(values: np.ndarray, level: float) -> tuple[float, float]:
+    low, high = np.quantile(values, [(1 - level) / 2, (1 + level) / 2])
+    return float(low), float(high)
+
+
+def paired_difference(a: Outcomes, b: Outcomes, how: Resampling = Resampling.TASKS, seed: int = 0,
+                      level: float = LEVEL) -> Estimate:
+    """b's pass@1 less a's on the same tasks, with a percentile interval of the chosen kind."""
+    means = resampled_pass_at_1([a, b], how, seed)
+    return Estimate(pass_at_1(b) - pass_at_1(a), *_interval(means[1] - means[0], level), len(a))
 
 
 @dataclass(frozen=True)
@@ -44,23 +81,18 @@ class Ratio:
         return self.low is not None and self.high is not None and (self.low > 1 or self.high < 1)
 
 
-def gain_ratio(base: Sequence[float], a: Sequence[float], b: Sequence[float], cost_a: float = 1.0,
-               cost_b: float = 1.0, seed: int = 0, resamples: int = RESAMPLES, level: float = LEVEL) -> Ratio:
-    """(gain of b over base per unit of cost_b) / (gain of a over base per unit of cost_a), with a
-    percentile interval over the same task resamples. Its interval is only bounded where a's gain is
-    positive in every resample: a ratio whose denominator can be 0 or negative says nothing."""
-    data = np.asarray([base, a, b], dtype=float)
-    if len({len(row) for row in (base, a, b)}) != 1:
-        raise ValueError("paired over tasks: the three policies' task counts differ")
-    picks = np.random.default_rng(seed).integers(0, data.shape[1], size=(resamples, data.shape[1]))
-    means = data[:, picks].mean(axis=2)  # (3, resamples)
+def gain_ratio(base: Outcomes, a: Outcomes, b: Outcomes, cost_a: float = 1.0, cost_b: float = 1.0,
+               how: Resampling = Resampling.TASKS, seed: int = 0, level: float = LEVEL) -> Ratio:
+    """(b's gain over base per unit of cost_b) / (a's per unit of cost_a), with a percentile interval
+    over the same resamples. Its interval is only bounded where a's gain is positive in every
+    resample: a ratio whose denominator can be 0 or negative says nothing."""
+    means = resampled_pass_at_1([base, a, b], how, seed)
     gain_a, gain_b = (means[1] - means[0]) / cost_a, (means[2] - means[0]) / cost_b
-    point_a = (data[1].mean() - data[0].mean()) / cost_a
-    point = None if point_a == 0 else float((data[2].mean() - data[0].mean()) / cost_b / point_a)
+    point_a = (pass_at_1(a) - pass_at_1(base)) / cost_a
+    point = None if point_a == 0 else (pass_at_1(b) - pass_at_1(base)) / cost_b / point_a
     if (gain_a <= 0).any():
         return Ratio(point, None, None)
-    low, high = np.quantile(gain_b / gain_a, [(1 - level) / 2, (1 + level) / 2])
-    return Ratio(point, float(low), float(high))
+    return Ratio(point, *_interval(gain_b / gain_a, level))
 
 
 def mcnemar_exact(a: Sequence[bool], b: Sequence[bool]) -> float:
@@ -86,11 +118,12 @@ def z_sum(power: float = POWER, level: float = LEVEL) -> float:
 def minimum_detectable_effect(rates: Sequence[float], samples: int, power: float = POWER,
                               level: float = LEVEL) -> float:
     """The smallest difference in pass@1 between two policies that a paired design over these tasks,
-    `samples` independent samples a task under each, detects with this power: z_sum x the standard
-    error of the difference, if each task's success chance were its rate under both policies and
-    the two policies' outcomes were independent (a positive correlation between them, which pairing
-    exploits, only shrinks it). With one sample a task (greedy decoding), a task's two outcomes
-    disagree with chance 2q(1-q): the same formula at samples=1."""
+    `samples` independent samples a task under each, detects with this power against sampling
+    noise (`Resampling.SAMPLES`: the tasks fixed): z_sum x the standard error of the difference, if
+    each task's success chance were its rate under both policies and the two policies' outcomes
+    were independent. With one sample a task (greedy decoding), a task's two outcomes disagree with
+    chance 2q(1-q): the same formula at samples=1. How a gain spreads over tasks is not in it: the
+    `Resampling.TASKS` interval's width also holds that, and is known only after the run."""
     if samples < 1 or not rates:
         raise ValueError("a design needs at least one task and one sample a task")
     variance = sum(2 * q * (1 - q) / samples for q in rates) / len(rates) ** 2

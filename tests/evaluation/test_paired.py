@@ -1,6 +1,7 @@
 """thicket.evaluation.paired against figures worked by hand and against simulation: the minimum
 detectable effect is checked by drawing many evaluations from known per-goal success chances and
-counting how often a difference of that size is detected (the definition of power)."""
+counting how often a difference of that size is detected (the definition of power), and each
+bootstrap's spread against the standard error its resampling implies."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import numpy as np
 import pytest
 
 from thicket.evaluation.paired import (
-    gain_ratio, mcnemar_exact, minimum_detectable_effect, paired_difference, pilot_rates, z_sum)
+    Resampling, gain_ratio, mcnemar_exact, minimum_detectable_effect, paired_difference, pass_at_1, pilot_rates,
+    resampled_pass_at_1, z_sum)
 
 
 def test_z_sum_is_the_textbook_two_sided_005_at_80_percent_power():
@@ -58,21 +60,41 @@ def test_mcnemar_exact_by_hand():
 
 
 def test_paired_difference_is_the_mean_of_the_goals_differences():
-    a, b = [0.0, 0.5, 1.0, 0.25], [0.25, 0.5, 1.0, 0.75]
-    estimate = paired_difference(a, b)
-    assert estimate.mean == pytest.approx(0.1875)
-    assert estimate.low <= estimate.mean <= estimate.high and estimate.tasks == 4
+    a, b = [(4, 0), (4, 2), (4, 4), (4, 1)], [(4, 1), (4, 2), (4, 4), (4, 3)]
+    for how in Resampling:
+        estimate = paired_difference(a, b, how)
+        assert estimate.mean == pytest.approx(0.1875)
+        assert estimate.low <= estimate.mean <= estimate.high and estimate.tasks == 4
     with pytest.raises(ValueError):
-        paired_difference([0.0], [0.0, 1.0])
+        paired_difference([(4, 0)], [(4, 0), (4, 1)])
+    with pytest.raises(ValueError):
+        paired_difference([(0, 0)], [(4, 1)])  # a goal with no evaluated sample
+
+
+def test_each_resampling_has_the_spread_it_stands_for():
+    # 40 goals: half at 16/32, half never solved, under two policies.
+    a = [(32, 16)] * 20 + [(32, 0)] * 20
+    b = [(32, 16)] * 20 + [(32, 0)] * 18 + [(32, 32)] * 2  # b also always solves two goals a never does
+    means = resampled_pass_at_1([a, b], Resampling.SAMPLES)
+    # Sampling noise only: per goal at 1/2, 0.25/32 for each policy; the solved and unsolved ones none.
+    expected = math.sqrt(20 * 0.25 / 32 * 2) / 40
+    assert np.std(means[1] - means[0]) == pytest.approx(expected, rel=0.05)
+    # Goals redrawn: the difference (1 on 2 goals of 40, 0 elsewhere) has sd sqrt(p(1-p)/40), p = 0.05.
+    means = resampled_pass_at_1([a, b], Resampling.TASKS)
+    assert np.std(means[1] - means[0]) == pytest.approx(math.sqrt(0.05 * 0.95 / 40), rel=0.05)
+    # A gain on two goals is certain against sampling noise, not against the choice of goals.
+    assert paired_difference(a, b, Resampling.SAMPLES).low > 0
+    assert paired_difference(a, b, Resampling.TASKS).low == 0.0
 
 
 def test_gain_ratio_per_call():
-    base, a, b = [0.0] * 10, [0.1] * 10, [0.2] * 10
+    base, a, b = [(10, 0)] * 10, [(10, 1)] * 10, [(10, 2)] * 10
     ratio = gain_ratio(base, a, b)
     assert (ratio.mean, ratio.low, ratio.high) == pytest.approx((2.0, 2.0, 2.0)) and ratio.excludes_one()
     assert gain_ratio(base, a, b, cost_a=1.0, cost_b=2.0).mean == pytest.approx(1.0)  # twice the calls
     # a's gain is 0 on some resamples (one goal gained): the ratio's interval is unbounded.
-    spiky = [0.0] * 9 + [1.0]
+    spiky = [(10, 0)] * 9 + [(10, 10)]
     unbounded = gain_ratio(base, spiky, b)
     assert unbounded.low is None and unbounded.high is None and not unbounded.excludes_one()
     assert "unbounded" in str(unbounded)
+    assert pass_at_1(spiky) == pytest.approx(0.1)
