@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -168,6 +169,17 @@ def achieved_mde(table: list[dict[str, Any]], how: Resampling) -> float | None:
     return z_sum() * max(widths) if widths else None
 
 
+def over_seeds(table: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per arm: the difference from sampling's pi1 at each seed, their mean and sd over seeds (each
+    seed grows its own trees and trains its own pi1s: the spread holds that noise too)."""
+    out = {}
+    for arm in dict.fromkeys(f["arm"] for f in table if "vs_baseline" in f):
+        values = [f["vs_baseline"][Resampling.SAMPLES].mean for f in table if f["arm"] == arm and "vs_baseline" in f]
+        out[arm] = {"seeds": len(values), "per_seed": values, "mean": statistics.mean(values),
+                    "sd": statistics.stdev(values) if len(values) > 1 else 0.0}
+    return out
+
+
 def as_json(value: Any) -> Any:
     if isinstance(value, dict):
         return {(k.name if isinstance(k, Resampling) else k): as_json(v) for k, v in value.items()}
@@ -213,14 +225,18 @@ def main() -> None:
               f"{pass_at_1(per_goal(base['greedy'])):.3f} greedy", flush=True)
 
     achieved = {how.name: achieved_mde(table, how) for how in Resampling}
+    seeds = over_seeds(table)
     result = {"date": datetime.date.today().isoformat(), "machine": machine(), "design": plan, "rows": rows_all,
-              "table": [as_json(f) for f in table], "achieved_mde": achieved}
+              "table": [as_json(f) for f in table], "achieved_mde": achieved, "over_seeds": seeds}
     Path(args.out).write_text(json.dumps(result, indent=1, default=str) + "\n")
     print(markdown(table))
     for how in Resampling:
         if achieved[how.name] is not None:
             print(f"achieved MDE of the arm-against-sampling differences, resampling {how.value}: "
                   f"{achieved[how.name]:.4f}")
+    for arm, figures in seeds.items():
+        print(f"{arm} against {BASELINE}, over {figures['seeds']} seed(s): {figures['mean']:+.3f} ± {figures['sd']:.3f} "
+              f"({', '.join(f'{v:+.3f}' for v in figures['per_seed'])})")
     print(f"figures in {args.out}")
 
 

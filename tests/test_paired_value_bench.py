@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,10 @@ def test_the_table_pairs_every_arm_with_pi0_and_with_sampling():
         interval = mcts["vs_baseline"][how]
         assert pv.achieved_mde(table, how) == pytest.approx(
             pv.z_sum() * (interval.high - interval.low) / 2 / 1.96, rel=1e-6)
+    seeds = pv.over_seeds(table + [{**mcts, "seed": 1, "vs_baseline": {
+        pv.Resampling.SAMPLES: replace(mcts["vs_baseline"][pv.Resampling.SAMPLES], mean=0.0)}}])
+    assert seeds["mcts"]["per_seed"] == pytest.approx([3 / 4 / GOALS, 0.0])
+    assert seeds["mcts"]["sd"] == pytest.approx(3 / 4 / GOALS / math.sqrt(2))
     assert pv.as_json({pv.Resampling.TASKS: mcts["gain"][pv.Resampling.TASKS]})["TASKS"]["tasks"] == GOALS
 
 
