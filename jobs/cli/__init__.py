@@ -15,16 +15,13 @@ from typing import cast
 
 import click
 
+from thicket.async_main import Terminated  # SIGTERM's interrupt, raised where no event loop runs
 from thicket.cli.spec_commands import eval_command, run, validate, worker
 from thicket.cli.sweep_commands import aggregate, export, pull, show
 from thicket.cli.tool_commands import envs_command, make_model, serve_env
 from thicket.errors import ExitCode, ThicketError
 from thicket.k8s.commands import COMMANDS as CLUSTER_COMMANDS  # render, submit, status, ...
 from thicket.logs import FORMAT_VARIABLE, FORMATS, LogFormat, setup_logging
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (Kubernetes' preemption and drain signal): unwinds as an interrupt does."""
 
 
 class Stopped(Exception):
