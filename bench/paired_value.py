@@ -88,12 +88,11 @@ def solved(figures: dict[str, Any]) -> list[bool]:
 
 def design(pilot: dict[str, Any], samples: int) -> dict[str, Any]:
     rates = pilot_rates([(n, c) for _, n, c, _ in pilot["outcomes"]])
-    goals = len(rates)
-    per_goal_variance = sum(q * (1 - q) for q in rates) / goals
-    # Greedy (one outcome a goal): how many goals at this spread would reach the target.
-    greedy_goals = (z_sum() / TARGET_MDE) ** 2 * 2 * per_goal_variance
+    goals, mde_greedy = len(rates), minimum_detectable_effect(rates, 1)
+    # Greedy (one outcome a goal): the MDE falls as 1/sqrt(goals) at this spread, so this many reach the target.
+    greedy_goals = goals * (mde_greedy / TARGET_MDE) ** 2
     return {"goals": goals, "pilot_samples": PILOT_SAMPLES, "goals_ever_solved": sum(1 for _, _, c, _ in pilot["outcomes"] if c),
-            "mde_sampled": minimum_detectable_effect(rates, samples), "mde_greedy": minimum_detectable_effect(rates, 1),
+            "mde_sampled": minimum_detectable_effect(rates, samples), "mde_greedy": mde_greedy,
             "samples": samples, "greedy_goals_for_target": greedy_goals}
 
 
