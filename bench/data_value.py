@@ -43,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -207,13 +207,15 @@ def train_figures(model: Path) -> Path:
     return model.parent / f"{model.name}.train.json"
 
 
-def still_to_train(model: Path, seed: int) -> bool:
+def still_to_train(model: Path, evaluations: Sequence[Path]) -> bool:
     """Whether the model has to be trained: never was, or was by a run whose work folder is gone
-    before its pass@1 was kept (its weights are not here: those training figures are forgotten)."""
+    before all its `evaluations` (their kept figures) were made (its weights are not here: those
+    training figures are forgotten)."""
     figures = train_figures(model)
     if not KEPT.has(figures):
         return True
-    if KEPT.has(eval_figures(model, seed)) or (model / "config.json").is_file() or "skipped" in kept(figures, dict):
+    evaluated = all(KEPT.has(path) for path in evaluations)
+    if evaluated or (model / "config.json").is_file() or "skipped" in kept(figures, dict):
         return False
     KEPT.forget(figures)
     return True
@@ -296,7 +298,7 @@ def one_round(base: Path, arms: list[str], seeds: list[int], tasks: range, work:
     for seed in seeds:
         for arm in arms:
             models = [work / f"s{seed}" / f"{arm}-{recipe}" for recipe in RECIPES[arm]]
-            to_train = [model for model in models if still_to_train(model, seed)]
+            to_train = [model for model in models if still_to_train(model, [eval_figures(model, seed)])]
             grown = grow(base, arm, tasks, seed, work / f"s{seed}", bool(to_train))
             print(f"seed {seed} {arm}: {grown['llm_calls']} calls, {grown['successes']} distinct successes, "
                   f"{grown['cpu_s']:.0f} CPU-s", flush=True)
@@ -394,7 +396,8 @@ def main() -> None:
         for seed in args.seeds:
             pi1 = args.work / "round1" / f"s{seed}" / f"{arm}-{recipe}"
             pi2 = args.work / "round2" / f"s{seed}" / f"{arm}-{recipe}"
-            grown = grow(pi1, arm, tasks, seed, args.work / "round2" / f"s{seed}", still_to_train(pi2, seed))
+            grown = grow(pi1, arm, tasks, seed, args.work / "round2" / f"s{seed}",
+                         still_to_train(pi2, [eval_figures(pi2, seed)]))
             trained = train(pi1, recipe, grown["datasets"], seed, pi2, plan)
             second.append({"seed": seed, "arm": arm, "recipe": recipe, "llm_calls": grown["llm_calls"],
                            "distinct_successes": grown["successes"], "generation_cpu_s": round(grown["cpu_s"], 1),

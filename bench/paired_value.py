@@ -17,8 +17,17 @@ evaluation whose minimum detectable effect is computed before it runs.
    it hold on other goals like these?); McNemar's exact test on the greedy outcomes. The achieved
    MDE of each kind (2.80 x the observed standard error of the differences) is printed too.
 
-Trees are grown and pi1s trained by data_value.py's own steps (same budget, tasks and training
-settings), in their own folder (`paired/`), so its recorded round one is left as it was measured.
+Trees are grown and pi1s trained by data_value.py's own steps (same budget and training settings),
+in their own folder (`paired/`), so its recorded round one is left as it was measured. Where the
+trees grow (--explore):
+
+- `own-goals` (round one's): tasks 300-331, goals pi0 trained on. Asks whether a search's data
+  transfers to goals no policy has seen; pi0 is at ~0.04 there, and the data never aims at them.
+- `held-out-goals`: the held-out goals' other instances, tasks 619-682 (TextCraft's task i is goal
+  i mod 419, drawn with its own distractors and line order; pi0 saw none of these goals). The
+  evaluation stays on tasks 200-263. Asks what a search is for: does its data teach pi0 the goals
+  it fails, better than sampling's at the same calls? The room to improve is then pi0's whole
+  failure rate, not what transfers from other goals.
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ import data_value as dv  # noqa: E402
 from kept import Kept  # noqa: E402
 from search_quality import machine  # noqa: E402
 
+from thicket.envs.env_args import distinct_tasks  # noqa: E402
 from thicket.evaluation.paired import (  # noqa: E402
     Resampling, gain_ratio, mcnemar_exact, minimum_detectable_effect, paired_difference, pass_at_1, pilot_rates, z_sum)
 from thicket.evaluation.run import evaluate  # noqa: E402
@@ -49,6 +59,10 @@ PILOT_SAMPLES = dv.EVAL_SAMPLES
 SAMPLES = 32
 TARGET_MDE = 0.02
 BASELINE = "sample"
+GOALS = distinct_tasks("textcraft", {})  # TextCraft's task i is goal i mod this (419)
+assert GOALS is not None
+EXPLORE = {"own-goals": dv.FULL.train_tasks,
+           "held-out-goals": range(dv.FULL.eval_goals[0] + GOALS, dv.FULL.eval_goals[1] + GOALS)}
 
 
 def outcomes_of(model: Path, scratch: Path, tasks: range, samples: int, seed: int, temperature: float | None,
@@ -96,19 +110,18 @@ def design(pilot: dict[str, Any], samples: int) -> dict[str, Any]:
             "samples": samples, "greedy_goals_for_target": greedy_goals}
 
 
-def arm_model(work: Path, seed: int, arm: str) -> Path:
-    return work / "paired" / f"s{seed}" / f"{arm}-sft"
+def arm_model(work: Path, seed: int, arm: str, explore: str) -> Path:
+    folder = work / "paired" if explore == "own-goals" else work / "paired" / f"explore-{explore}"
+    return folder / f"s{seed}" / f"{arm}-sft"
 
 
-def pi1(pi0: Path, arm: str, seed: int, work: Path, samples: int) -> dict[str, Any]:
-    """One arm at one seed: its trees, its pi1 (SFT on the successes), pi1's two evaluations."""
-    model = arm_model(work, seed, arm)
+def pi1(pi0: Path, arm: str, seed: int, work: Path, samples: int, explore: str) -> dict[str, Any]:
+    """One arm at one seed: its trees (on the tasks `explore` names), its pi1 (SFT on the
+    successes), pi1's two evaluations."""
+    model = arm_model(work, seed, arm, explore)
     sampled, greedy = (model.with_name(f"{model.name}.{name}") for name in (f"eval-s{seed}-x{samples}", "greedy"))
-    done = all(dv.KEPT.has(at.with_name(f"{at.name}.json")) for at in (sampled, greedy))
-    to_train = not done and not (model / "config.json").is_file()
-    if to_train:
-        dv.KEPT.forget(dv.train_figures(model))  # trained elsewhere: its weights are not here
-    grown = dv.grow(pi0, arm, dv.FULL.train_tasks, seed, model.parent, to_train)
+    to_train = dv.still_to_train(model, [at.with_name(f"{at.name}.json") for at in (sampled, greedy)])
+    grown = dv.grow(pi0, arm, EXPLORE[explore], seed, model.parent, to_train)
     trained = dv.train(pi0, "sft", grown["datasets"], seed, model, dv.FULL)
     row = {"seed": seed, "arm": arm, "recipe": "sft", "llm_calls": grown["llm_calls"],
            "distinct_successes": grown["successes"], "generation_cpu_s": round(grown["cpu_s"], 1), "training": trained}
@@ -190,6 +203,8 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--arms", nargs="+", default=[BASELINE, "mcts", "dense"], choices=list(dv.RECIPES))
     parser.add_argument("--samples", type=int, default=SAMPLES, help="samples a goal of the sampled evaluation")
+    parser.add_argument("--explore", choices=list(EXPLORE), default="own-goals",
+                        help="where the arms grow their trees (see the module's docstring)")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "thicket-data-value")
     parser.add_argument("--record", type=Path, default=dv.RECORD)
     parser.add_argument("--out", default="paired_value.json")
@@ -217,7 +232,7 @@ def main() -> None:
         at = work / "paired" / "pi0"
         base = {"sampled": evaluated(pi0, at.with_name(f"pi0.eval-s{seed}-x{args.samples}"), args.samples, seed, None),
                 "greedy": evaluated(pi0, at.with_name("pi0.greedy"), 1, seed, 0.0)}
-        rows = [pi1(pi0, arm, seed, work, args.samples) for arm in args.arms]
+        rows = [pi1(pi0, arm, seed, work, args.samples, args.explore) for arm in args.arms]
         rows_all.extend(rows)
         table.extend(comparisons(base, rows))
         print(f"seed {seed}: pi0 pass@1 {pass_at_1(per_goal(base['sampled'])):.3f} sampled, "
@@ -225,7 +240,9 @@ def main() -> None:
 
     achieved = {how.name: achieved_mde(table, how) for how in Resampling}
     seeds = over_seeds(table)
-    result = {"date": datetime.date.today().isoformat(), "machine": machine(), "design": plan, "rows": rows_all,
+    tasks = EXPLORE[args.explore]
+    result = {"date": datetime.date.today().isoformat(), "machine": machine(), "explore": args.explore,
+              "tree_tasks": [tasks.start, tasks.stop], "design": plan, "rows": rows_all,
               "table": [as_json(f) for f in table], "achieved_mde": achieved, "over_seeds": seeds}
     Path(args.out).write_text(json.dumps(result, indent=1, default=str) + "\n")
     print(markdown(table))

@@ -11,5 +11,7 @@ test -x "$VENV/bin/python" || "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 "$VENV/bin/python" -m pip install -q "torch==2.13.0+cpu" 2>/dev/null \
   || "$VENV/bin/python" -m pip install -q --index-url "$TORCH_INDEX" "torch==2.13.0+cpu"
-"$VENV/bin/python" -m pip install -q "trl==1.16.0" "datasets>=4.7" tokenizers
+# Pinned to what the recorded figures (bench/results/data_value) were trained with.
+"$VENV/bin/python" -m pip install -q "trl==1.16.0" "transformers==5.24.0" "accelerate==1.15.0" \
+  "datasets==5.2.0" "tokenizers==0.23.3"
 "$VENV/bin/python" -c "import trl, transformers, torch, datasets; print('trl', trl.__version__, 'transformers', transformers.__version__, 'torch', torch.__version__, 'datasets', datasets.__version__)"

@@ -75,3 +75,44 @@ def test_a_goal_missing_from_an_evaluation_stops_the_comparison():
     broken["outcomes"][1][1] = 0  # no evaluated sample on the second goal
     with pytest.raises(SystemExit, match="not paired"):
         pv.per_goal(broken)
+
+
+def test_held_out_goals_are_explored_on_other_instances_of_the_evaluated_goals():
+    """--explore held-out-goals: trees grow on the evaluated goals (TextCraft's task i is goal
+    i mod 419), never on an evaluated task, and never on a goal pi0 trained on."""
+    from thicket.envs.textcraft import make_task
+    from thicket.training.demo_model import DEMO_RECIPE
+
+    explored, evaluated = pv.EXPLORE["held-out-goals"], range(*pv.dv.FULL.eval_goals)
+    assert len(explored) == len(evaluated) == 64 and not set(explored) & set(evaluated)
+    for tree_task, eval_task in zip(explored, evaluated):
+        there, here = make_task(tree_task), make_task(eval_task)
+        assert there.goal == here.goal and there.text != here.text  # the same goal, drawn anew
+    pi0 = replace(DEMO_RECIPE, held_out_goals=pv.dv.FULL.eval_goals)
+    assert not {task % 419 for task in pi0.expert_tasks()} & {task % 419 for task in explored}
+    assert pv.EXPLORE["own-goals"] == pv.dv.FULL.train_tasks
+
+
+def test_a_model_is_trained_again_only_where_its_weights_and_an_evaluation_are_missing(tmp_path, monkeypatch):
+    """data_value.still_to_train, which both benches use to resume on another machine: kept training
+    figures without the weights are forgotten unless every evaluation the run needs was kept."""
+    from kept import Kept
+
+    work, record = tmp_path / "work", tmp_path / "record"
+    monkeypatch.setattr(pv.dv, "KEPT", Kept(work, record))
+    model = work / "s0" / "mcts-sft"
+    sampled, greedy = work / "s0" / "mcts-sft.eval.json", work / "s0" / "mcts-sft.greedy.json"
+    assert pv.dv.still_to_train(model, [sampled, greedy])  # never trained
+    pv.dv.KEPT.figures(pv.dv.train_figures(model), lambda: {"rows": 4})
+    pv.dv.KEPT.figures(sampled, lambda: {"pass_at_1": 0.1})
+    # Trained on another machine, one evaluation kept: the other needs the weights, so train again.
+    assert pv.dv.still_to_train(model, [sampled, greedy])
+    assert not pv.dv.KEPT.has(pv.dv.train_figures(model))
+    pv.dv.KEPT.figures(pv.dv.train_figures(model), lambda: {"rows": 4})
+    pv.dv.KEPT.figures(greedy, lambda: {"pass_at_1": 0.1})
+    assert not pv.dv.still_to_train(model, [sampled, greedy])  # every evaluation kept
+    assert pv.dv.still_to_train(model, [work / "s0" / "mcts-sft.other.json"])
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    pv.dv.KEPT.figures(pv.dv.train_figures(model), lambda: {"rows": 4})
+    assert not pv.dv.still_to_train(model, [work / "s0" / "mcts-sft.other.json"])  # the weights are here
