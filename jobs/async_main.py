@@ -58,11 +58,16 @@ def run_main(main: Coroutine[Any, Any, T]) -> T:
         if task is not None and task.done() and not task.cancelled():
             task.exception()  # retrieved: it goes on up from here, once
         if stops and isinstance(err, (asyncio.CancelledError, KeyboardInterrupt)):
-            raise (Terminated() if stops[0] is signal.SIGTERM else KeyboardInterrupt()) from None
+            raise interrupt_for(stops[0]) from None
         raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)  # asyncio leaves SIG_DFL / default_int_handler behind
     if stops:  # the main coroutine swallowed the cancellation: the run was stopped all the same
-        raise Terminated() if stops[0] is signal.SIGTERM else KeyboardInterrupt()
+        raise interrupt_for(stops[0])
     return result
+
+
+def interrupt_for(sig: signal.Signals) -> KeyboardInterrupt:
+    """What a stop by `sig` raises for the command's last line."""
+    return Terminated() if sig is signal.SIGTERM else KeyboardInterrupt()
