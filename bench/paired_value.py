@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -45,9 +46,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import data_value as dv  # noqa: E402
 from kept import Kept  # noqa: E402
+from scipy.stats import t as student_t  # noqa: E402
 from search_quality import machine  # noqa: E402
 
 from thicket.envs.env_args import distinct_tasks  # noqa: E402
+from thicket.estimators import LEVEL  # noqa: E402
 from thicket.evaluation.paired import (  # noqa: E402
     Resampling, gain_ratio, mcnemar_exact, minimum_detectable_effect, paired_difference, pass_at_1, pilot_rates, z_sum)
 from thicket.evaluation.run import evaluate  # noqa: E402
@@ -181,15 +184,49 @@ def achieved_mde(table: list[dict[str, Any]], how: Resampling) -> float | None:
     return z_sum() * max(widths) if widths else None
 
 
-def over_seeds(table: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per arm: the difference from sampling's pi1 at each seed, their mean and sd over seeds (each
-    seed grows its own trees and trains its own pi1s: the spread holds that noise too)."""
-    out = {}
-    for arm in dict.fromkeys(f["arm"] for f in table if "vs_baseline" in f):
-        values = [f["vs_baseline"][Resampling.SAMPLES].mean for f in table if f["arm"] == arm and "vs_baseline" in f]
-        out[arm] = {"seeds": len(values), "per_seed": values, "mean": statistics.mean(values),
-                    "sd": statistics.stdev(values) if len(values) > 1 else 0.0}
+def t_interval(values: list[float], level: float = LEVEL) -> tuple[float, float] | None:
+    """Student's t interval for the mean of independent replicates (None below two): with a handful
+    of seeds a bootstrap over them would be too narrow (it uses the normal's quantile and the
+    plug-in sd)."""
+    if len(values) < 2:
+        return None
+    half = student_t.ppf((1 + level) / 2, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    mean = statistics.mean(values)
+    return mean - half, mean + half
+
+
+def over_seeds(table: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per arm, one value a seed: its gain over pi0 and (not for sampling) its difference from
+    sampling's pi1, each with its mean, sd and t interval over seeds. Each seed grows its own trees,
+    trains its own pi1s and draws its own evaluation samples, so the spread between seeds holds all
+    three: this interval asks whether the recipe's advantage holds at another seed, which one
+    seed's intervals (its trees and pi1s fixed) cannot."""
+    def summary(values: list[float]) -> dict[str, Any]:
+        return {"seeds": len(values), "per_seed": values, "mean": statistics.mean(values),
+                "sd": statistics.stdev(values) if len(values) > 1 else 0.0, "t95": t_interval(values)}
+
+    out: dict[str, dict[str, Any]] = {}
+    for arm in dict.fromkeys(f["arm"] for f in table):
+        rows = [f for f in table if f["arm"] == arm]
+        out[arm] = {"gain": summary([f["gain"][Resampling.SAMPLES].mean for f in rows])}
+        against = [f["vs_baseline"][Resampling.SAMPLES].mean for f in rows if "vs_baseline" in f]
+        if against:
+            out[arm]["vs_baseline"] = summary(against)
     return out
+
+
+def over_seeds_lines(seeds: dict[str, dict[str, Any]]) -> list[str]:
+    def line(what: str, s: dict[str, Any]) -> str:
+        interval = "" if s["t95"] is None else f" [{s['t95'][0]:+.3f}, {s['t95'][1]:+.3f}]"
+        return (f"{what}, over {s['seeds']} seed(s): {s['mean']:+.3f}{interval} (t 95%; sd {s['sd']:.3f}; per seed "
+                f"{', '.join(f'{v:+.3f}' for v in s['per_seed'])})")
+
+    lines = []
+    for arm, figures in seeds.items():
+        lines.append(line(f"{arm}: gain over pi0", figures["gain"]))
+        if "vs_baseline" in figures:
+            lines.append(line(f"{arm} against {BASELINE}", figures["vs_baseline"]))
+    return lines
 
 
 def as_json(value: Any) -> Any:
@@ -250,9 +287,8 @@ def main() -> None:
         if achieved[how.name] is not None:
             print(f"achieved MDE of the arm-against-sampling differences, resampling {how.value}: "
                   f"{achieved[how.name]:.4f}")
-    for arm, figures in seeds.items():
-        print(f"{arm} against {BASELINE}, over {figures['seeds']} seed(s): {figures['mean']:+.3f} ± {figures['sd']:.3f} "
-              f"({', '.join(f'{v:+.3f}' for v in figures['per_seed'])})")
+    for line in over_seeds_lines(seeds):
+        print(line)
     print(f"figures in {args.out}")
 
 

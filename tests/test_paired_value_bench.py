@@ -65,8 +65,10 @@ def test_the_table_pairs_every_arm_with_pi0_and_with_sampling():
             pv.z_sum() * (interval.high - interval.low) / 2 / 1.96, rel=1e-6)
     seeds = pv.over_seeds(table + [{**mcts, "seed": 1, "vs_baseline": {
         pv.Resampling.SAMPLES: replace(mcts["vs_baseline"][pv.Resampling.SAMPLES], mean=0.0)}}])
-    assert seeds["mcts"]["per_seed"] == pytest.approx([3 / 4 / GOALS, 0.0])
-    assert seeds["mcts"]["sd"] == pytest.approx(3 / 4 / GOALS / math.sqrt(2))
+    assert seeds["mcts"]["vs_baseline"]["per_seed"] == pytest.approx([3 / 4 / GOALS, 0.0])
+    assert seeds["mcts"]["vs_baseline"]["sd"] == pytest.approx(3 / 4 / GOALS / math.sqrt(2))
+    assert seeds["mcts"]["gain"]["per_seed"] == pytest.approx([4 / 4 / GOALS] * 2)
+    assert "vs_baseline" not in seeds["sample"] and seeds["sample"]["gain"]["t95"] is None  # one seed: no interval
     assert pv.as_json({pv.Resampling.TASKS: mcts["gain"][pv.Resampling.TASKS]})["TASKS"]["tasks"] == GOALS
 
 
@@ -116,3 +118,21 @@ def test_a_model_is_trained_again_only_where_its_weights_and_an_evaluation_are_m
     (model / "config.json").write_text("{}")
     pv.dv.KEPT.figures(pv.dv.train_figures(model), lambda: {"rows": 4})
     assert not pv.dv.still_to_train(model, [work / "s0" / "mcts-sft.other.json"])  # the weights are here
+
+
+def test_the_interval_over_seeds_is_students_t_worked_by_hand():
+    # Round two's MCTS against sampling at seeds 0-2: mean 0.011/3, sd 0.019142 (sum of squared
+    # deviations 0.00073267 / 2), t(2, 0.975) = 4.3027 (any t table): half-width 4.3027 x 0.019142 / sqrt(3).
+    values = [-0.014, 0.001, 0.024]
+    low, high = pv.t_interval(values)
+    half = 4.302653 * math.sqrt(0.00073267 / 2) / math.sqrt(3)
+    assert (low, high) == pytest.approx((0.011 / 3 - half, 0.011 / 3 + half), abs=1e-5)
+    assert high - low == pytest.approx(2 * 0.04755, abs=1e-4)
+    # Six seeds at the same spread: t(5, 0.975) = 2.5706, so the half-width falls to 2.5706 x sd / sqrt(6).
+    six = values * 2
+    low6, high6 = pv.t_interval(six)
+    assert (high6 - low6) / 2 == pytest.approx(2.570582 * pv.statistics.stdev(six) / math.sqrt(6), rel=1e-5)
+    assert pv.t_interval([0.01]) is None
+    text = "\n".join(pv.over_seeds_lines({"mcts": {"gain": {"seeds": 3, "per_seed": values, "mean": 0.011 / 3,
+                                                              "sd": 0.019, "t95": (low, high)}}}))
+    assert "mcts: gain over pi0, over 3 seed(s): +0.004 [-0.044, +0.051]" in text
