@@ -52,7 +52,8 @@ from search_quality import machine  # noqa: E402
 from thicket.envs.env_args import distinct_tasks  # noqa: E402
 from thicket.estimators import LEVEL  # noqa: E402
 from thicket.evaluation.paired import (  # noqa: E402
-    Resampling, gain_ratio, mcnemar_exact, minimum_detectable_effect, paired_difference, pass_at_1, pilot_rates, z_sum)
+    Ratio, Resampling, gain_ratio, mcnemar_exact, minimum_detectable_effect, paired_difference, pass_at_1, pilot_rates,
+    z_sum)
 from thicket.evaluation.run import evaluate  # noqa: E402
 from thicket.tiny_model import vllm_python  # noqa: E402
 from thicket.training.evaluate import pass_spec  # noqa: E402
@@ -162,7 +163,11 @@ def comparisons(base: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[s
 def markdown(table: list[dict[str, Any]]) -> str:
     """One line an arm: each paired figure with its interval against sampling noise, then over goals."""
     def both(figure: dict[Resampling, Any]) -> str:
-        return f"{figure[Resampling.SAMPLES]} · goals {figure[Resampling.TASKS]}"
+        """The point once, then each kind's interval: `+0.024 [0.014, 0.034] · goals [-0.019, 0.073]`."""
+        samples, goals = figure[Resampling.SAMPLES], figure[Resampling.TASKS]
+        if isinstance(samples, Ratio):
+            return f"{samples} · goals {str(goals).partition(' ')[2]}"
+        return f"{samples.mean:+.3f} [{samples.low:.3f}, {samples.high:.3f}] · goals [{goals.low:.3f}, {goals.high:.3f}]"
 
     lines = ["| seed | arm (SFT) | LLM calls | distinct successes | rows | pass@1 | gain over pi0 [95%: samples · goals] "
              "| vs sample/sft [95%: samples · goals] | gain per call / sample's [95%: samples · goals] | greedy pass@1 "

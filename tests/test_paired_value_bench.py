@@ -59,6 +59,11 @@ def test_the_table_pairs_every_arm_with_pi0_and_with_sampling():
     assert mcts["greedy_p_vs_baseline"] == pytest.approx(0.5)  # 2 discordant, one way: 2 / 4
     text = pv.markdown(table)
     assert text.count("\n") == 3 and "| mcts |" in text and "unbounded" in text
+    # Each figure's point once, then the two kinds' intervals.
+    gain = mcts["gain"]
+    assert (f"| +0.125 [{gain[pv.Resampling.SAMPLES].low:.3f}, {gain[pv.Resampling.SAMPLES].high:.3f}] · goals "
+            f"[{gain[pv.Resampling.TASKS].low:.3f}, {gain[pv.Resampling.TASKS].high:.3f}] |") in text
+    assert "| 2.00 [unbounded, unbounded] · goals [unbounded, unbounded] |" in text
     for how in pv.Resampling:
         interval = mcts["vs_baseline"][how]
         assert pv.achieved_mde(table, how) == pytest.approx(
